@@ -1,0 +1,84 @@
+# lmtune: plain Makefile. `make` builds ./lmtune; `make test` builds and runs
+# every test; `make test SANITIZE=1` runs them under ASan+UBSan; `make bench`
+# runs the benchmarks; `make demo` runs the first-run demo.
+CC      ?= gcc
+SANITIZE ?= 0
+MPI     ?= 0
+OPT     ?= -O2 -march=native
+
+ifeq ($(SANITIZE),1)
+  BUILD  := build/san
+  OPT    := -O1 -g -march=native -fno-omit-frame-pointer
+  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else
+  BUILD  := build/rel
+  SANFLAGS :=
+endif
+
+MPI_CFLAGS :=
+MPI_LIBS :=
+ifeq ($(MPI),1)
+  MPI_CFLAGS := -DLT_USE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
+  MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+endif
+
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -MMD -MP $(SANFLAGS) $(MPI_CFLAGS)
+LDLIBS  := -ldnnl -ljansson -lpcre2-8 -lyaml -lm $(MPI_LIBS)
+LDFLAGS := -fopenmp $(SANFLAGS)
+
+LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+CLI_SRC := $(shell find src/cli -name '*.c' | sort)
+TEST_SRC := $(shell find tests -name 'test_*.c' | sort)
+TEST_SUPPORT := $(shell find tests -name '*.c' -not -name 'test_*.c' -not -path '*/fuzz/*' -not -path '*/node_modules/*' | sort)
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
+LIB := $(BUILD)/liblmtune.a
+DEPS_STAMP := build/.deps-ok
+
+.PHONY: all test bench demo clean deps
+all: lmtune
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/install-deps.sh
+	@scripts/install-deps.sh
+	@mkdir -p build && touch $@
+
+$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lmtune: $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+ifeq ($(SANITIZE),1)
+lmtune: $(BUILD)/lmtune
+else
+lmtune: $(BUILD)/lmtune
+	cp $(BUILD)/lmtune lmtune
+endif
+
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDFLAGS) $(LDLIBS)
+
+test: $(BUILD)/lmtune $(TEST_BIN)
+	@LMTUNE_BIN=$(CURDIR)/$(BUILD)/lmtune BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run.sh $(TEST_BIN)
+
+bench: lmtune
+	@scripts/install-deps.sh --bench
+	bench/run.sh
+
+demo: lmtune
+	scripts/demo.sh
+
+clean:
+	rm -rf build lmtune
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_SUPPORT_OBJ:.o=.d)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, the tests and the demo need.
+# Idempotent: does nothing when all are present. Called by `make` targets.
+#   build:  gcc make libdnnl-dev (GEMM) libjansson-dev (JSON) libpcre2-dev (tokenizer regex)
+#           libyaml-dev (-c config.yaml) libopenmpi-dev openmpi-bin (data parallelism)
+#   tests:  python3-torch python3-numpy (reference generator, only to regenerate refs), nodejs npm
+#           (tokenizer / chat-template comparison against the JavaScript references)
+set -euo pipefail
+PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin nodejs"
+if [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ref" ]; then PKGS="$PKGS python3-torch python3-numpy"; fi
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+# nodejs may come from another source (nodesource): accept any working node+npm.
+if command -v node >/dev/null && command -v npm >/dev/null; then missing="${missing/ nodejs/}"; else
+  case "$missing" in *nodejs*) missing="$missing npm";; esac; fi
+[ -z "$missing" ] && exit 0
+echo "install-deps: installing$missing" >&2
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq $missing >/dev/null

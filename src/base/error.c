@@ -1,0 +1,44 @@
+/* error.c: the per-thread error message behind error.h. */
+#include "error.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char message[2048];
+
+int error_set(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int error_prefix(const char *fmt, ...) {
+    char prefix[1024], old[sizeof message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, message, sizeof old);
+    snprintf(message, sizeof message, "%s: %s", prefix, old);
+    return -1;
+}
+
+const char *error_message(void) { return message[0] ? message : "unknown error"; }
+void error_clear(void) { message[0] = 0; }
+
+void die_with_error(void) {
+    fprintf(stderr, "lmtune: error: %s\n", error_message());
+    exit(1);
+}
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "lmtune: error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}

@@ -1,0 +1,22 @@
+/* error.h: one error message per thread, set where a failure is found and
+ * printed once by the command that gives up. Functions that can fail return
+ * -1 (or NULL) after error_set(); callers propagate with TRY. */
+#ifndef LT_ERROR_H
+#define LT_ERROR_H
+#include <stdarg.h>
+
+/* Stores a formatted message ("FILE: place: problem") and returns -1. */
+int error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prepends context to the current message ("context: old message"); returns -1. */
+int error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *error_message(void);
+void error_clear(void);
+
+#define TRY(expr) do { if ((expr) < 0) return -1; } while (0)
+#define TRY_PTR(expr) do { if ((expr) == NULL) return -1; } while (0)
+
+/* Prints "lmtune: error: <message>" to stderr and exits with status 1. */
+void die_with_error(void) __attribute__((noreturn));
+/* Prints a formatted fatal message and exits 1 (for impossible states). */
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+#endif

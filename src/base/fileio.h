@@ -1,0 +1,43 @@
+/* fileio.h: read-only file mappings, whole-file reads, and atomic writes
+ * (temporary file in the same directory, fsync, rename, fsync of the
+ * directory) so a crash never leaves a half-written output behind. */
+#ifndef LT_FILEIO_H
+#define LT_FILEIO_H
+#include <stddef.h>
+#include <stdio.h>
+#include <stdbool.h>
+
+typedef struct {
+    const unsigned char *data; /* NULL for an empty file */
+    size_t size;
+    char *path;                /* owned copy, for error messages */
+} MappedFile;
+
+int file_map(MappedFile *m, const char *path);   /* -1 + "PATH: reason" */
+void file_unmap(MappedFile *m);
+/* Reads a whole file into a NUL-terminated heap buffer, refusing files over
+ * max_bytes (0 = no limit). */
+int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_size);
+bool file_exists(const char *path);
+bool dir_exists(const char *path);
+int dir_ensure(const char *path);                /* mkdir -p */
+char *path_join(const char *dir, const char *name); /* heap; NULL + error */
+
+typedef struct {
+    FILE *fp;          /* write through this */
+    char *final_path;
+    char *tmp_path;
+} AtomicFile;
+
+int atomic_open(AtomicFile *f, const char *path);
+/* Flushes, fsyncs, renames over the final path and fsyncs the directory.
+ * On any failure the temporary file is removed and the old file is intact. */
+int atomic_commit(AtomicFile *f);
+void atomic_abort(AtomicFile *f);
+/* Convenience: writes one buffer atomically. */
+int atomic_write_file(const char *path, const void *data, size_t size);
+
+/* Test hook: make the nth write/fsync of atomic files fail with EIO (0 = off).
+ * Also read from env LMTUNE_FAIL_WRITE. */
+void fileio_fail_write_at(long n);
+#endif

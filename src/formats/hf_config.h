@@ -1,0 +1,39 @@
+/* hf_config.h: a Hugging Face config.json for the decoder families lmtune
+ * runs (llama, mistral, qwen2, qwen3), read with jansson and checked: a
+ * missing or malformed field is one error naming the file and the field. */
+#ifndef LT_HF_CONFIG_H
+#define LT_HF_CONFIG_H
+#include <stdbool.h>
+#include "base/dtype.h"
+#include "kernels/ops.h"   /* RopeScaling */
+
+#define HF_SUPPORTED_TYPES "llama, mistral, qwen2, qwen3"
+
+typedef struct {
+    char model_type[32];
+    int hidden_size;            /* C */
+    int intermediate_size;      /* F */
+    int num_hidden_layers;      /* L */
+    int num_attention_heads;    /* H */
+    int num_key_value_heads;    /* KVH (defaults to H when absent) */
+    int head_dim;               /* D (defaults to C / H) */
+    int vocab_size;             /* V */
+    int max_position_embeddings;
+    float rms_norm_eps;
+    double rope_theta;
+    RopeScaling rope_scaling;
+    bool tie_word_embeddings;
+    bool attention_bias;        /* q, k, v biases (qwen2 always) */
+    bool qk_norm;               /* qwen3: per-head RMSNorm on q and k */
+    int bos_token_id;           /* -1 when absent */
+    int eos_token_ids[8];       /* eos_token_id may be a list */
+    int n_eos;
+    DType torch_dtype;          /* DTYPE_F32 when absent */
+} ModelConfig;
+
+int hf_config_load(ModelConfig *c, const char *path);
+/* Same from a JSON string; `name` is used in error messages. */
+int hf_config_parse(ModelConfig *c, const char *json, const char *name);
+/* Writes config.json (atomically) for `lmtune init` and `fuse`. */
+int hf_config_write(const ModelConfig *c, const char *path);
+#endif

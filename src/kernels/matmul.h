@@ -1,0 +1,42 @@
+/* matmul.h: every matrix product of lmtune, through oneDNN (fp32, and bf16
+ * inputs with fp32 accumulation for frozen bf16 weights). Primitives are
+ * created once per shape and cached, so the step loop creates nothing.
+ * Row-major throughout. */
+#ifndef LT_MATMUL_H
+#define LT_MATMUL_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "base/dtype.h"
+
+/* Sets the scratch that bf16 paths use to convert fp32 activations to bf16;
+ * sized by matmul_scratch_bytes() for the largest (rows x cols) converted.
+ * Must be called before any bf16 product (the memory plan provides it). */
+void matmul_set_scratch(void *scratch, size_t bytes);
+size_t matmul_scratch_bytes(size_t max_rows, size_t max_cols);
+
+/* C (M,N) = alpha * op(A) @ op(B) + beta * C, with op(A) (M,K), op(B) (K,N).
+ * A is (M,K) or, when transA, (K,M); B is (K,N) or, when transB, (N,K). */
+void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
+              bool transA, bool transB, float alpha, float beta);
+
+/* A linear layer as PyTorch's nn.Linear: out = inp @ weight^T + bias.
+ * weight is stored (OC, C) in dtype wtype (F32 or BF16). */
+void linear_forward(float *out,          /* (N, OC), overwritten */
+                    const float *inp,    /* (N, C) */
+                    const void *weight,  /* (OC, C) */
+                    DType wtype,
+                    const float *bias,   /* (OC) or NULL */
+                    int N, int C, int OC);
+
+/* Accumulates (+=) into whichever of dinp, dweight, dbias is not NULL.
+ * dweight is fp32 (trainable weights are fp32 masters). */
+void linear_backward(float *dinp,         /* (N, C) += dout @ weight, or NULL */
+                     float *dweight,      /* (OC, C) += dout^T @ inp, or NULL */
+                     float *dbias,        /* (OC) += sum over rows of dout, or NULL */
+                     const float *dout,   /* (N, OC) */
+                     const float *inp,    /* (N, C) */
+                     const void *weight,  /* (OC, C) */
+                     DType wtype,
+                     int N, int C, int OC);
+#endif

@@ -1,0 +1,92 @@
+/* ops.h: the element-wise and row-wise kernels of the decoder, each a
+ * _forward/_backward pair on raw float pointers (llm.c style: outputs first,
+ * then inputs, then weights, then dimensions). Every _backward ACCUMULATES
+ * (+=) into its gradient outputs, so callers zero them once. */
+#ifndef LT_OPS_H
+#define LT_OPS_H
+#include <stddef.h>
+#include "base/dtype.h"
+
+/* --- embedding --- */
+void embedding_forward(float *out,         /* (N, C) */
+                       const int *tokens,  /* (N) */
+                       const void *table,  /* (V, C) in dtype ttype */
+                       DType ttype, int N, int C);
+void embedding_backward(float *dtable,     /* (V, C) += */
+                        const float *dout, /* (N, C) */
+                        const int *tokens, int N, int C);
+
+/* --- RMSNorm (fp32 math, as HF LlamaRMSNorm): out = x * rstd * weight,
+ *     rstd = 1/sqrt(mean(x^2) + eps) --- */
+void rmsnorm_forward(float *out,          /* (N, C) */
+                     float *rstd,         /* (N), saved for backward */
+                     const float *inp,    /* (N, C) */
+                     const float *weight, /* (C) */
+                     float eps, int N, int C);
+void rmsnorm_backward(float *dinp,         /* (N, C) += */
+                      float *dweight,      /* (C) += , or NULL when frozen */
+                      const float *dout,   /* (N, C) */
+                      const float *inp,    /* (N, C) */
+                      const float *weight, /* (C) */
+                      const float *rstd,   /* (N) */
+                      int N, int C);
+
+/* --- RoPE, HF convention (rotate_half: pairs are (i, i + D/2)) --- */
+enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1, ROPE_SCALING_LINEAR = 2 };
+typedef struct {
+    int type;                     /* ROPE_SCALING_* */
+    double factor;                /* llama3 and linear */
+    double low_freq_factor;       /* llama3 */
+    double high_freq_factor;      /* llama3 */
+    int original_max_position;    /* llama3: original_max_position_embeddings */
+} RopeScaling;
+/* cos/sin tables for positions 0..T-1: (T, D/2) each. */
+void rope_tables(float *cos_t, float *sin_t, int T, int D, double theta, const RopeScaling *scaling);
+/* In place on x (B, T, H, D): x1' = x1*c - x2*s, x2' = x2*c + x1*s. */
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int D);
+/* In place on dx (B, T, H, D): the transpose rotation (uses -sin). */
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int D);
+
+/* --- causal grouped-query attention, flash-style: no (T x T) matrix is
+ *     kept; the backward recomputes scores from q, k and the saved
+ *     log-sum-exp. Head h reads kv head h / (H / KVH). scale = 1/sqrt(D). --- */
+void attention_forward(float *out,      /* (B, T, H, D) */
+                       float *lse,      /* (B, H, T), saved for backward */
+                       const float *q,  /* (B, T, H, D) */
+                       const float *k,  /* (B, T, KVH, D) */
+                       const float *v,  /* (B, T, KVH, D) */
+                       int B, int T, int H, int KVH, int D);
+void attention_backward(float *dq,        /* (B, T, H, D) += */
+                        float *dk,        /* (B, T, KVH, D) += */
+                        float *dv,        /* (B, T, KVH, D) += */
+                        const float *dout,/* (B, T, H, D) */
+                        const float *q, const float *k, const float *v,
+                        const float *out, /* (B, T, H, D) forward output */
+                        const float *lse, /* (B, H, T) */
+                        float *workspace, /* attention_workspace_floats(...) floats */
+                        int B, int T, int H, int KVH, int D);
+size_t attention_workspace_floats(int B, int T, int H, int KVH, int D);
+
+/* --- SwiGLU: out = silu(gate) * up --- */
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward(float *dgate, float *dup,   /* += */
+                     const float *dout, const float *gate, const float *up, size_t n);
+
+/* --- LM head + cross-entropy, in chunks of rows: the (N, V) logits never
+ *     exist, only (chunk, V) at a time. Row i counts with weight row_weight[i]
+ *     (0 = skipped, no logits computed for it). Returns
+ *     sum_i row_weight[i] * (logsumexp(z_i) - z_i[target_i]), z_i = inp_i W^T,
+ *     in double. When dinp != NULL, dinp += d(that sum)/d(inp). --- */
+double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
+                   float *row_loss,         /* (N) per-row loss, or NULL */
+                   const float *inp,        /* (N, C) final-norm output */
+                   const void *weight,      /* (V, C) in dtype wtype */
+                   DType wtype,
+                   const int *targets,      /* (N) */
+                   const float *row_weight, /* (N) */
+                   float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
+                   int chunk, int N, int C, int V);
+size_t lmhead_scratch_floats(int chunk, int C, int V);
+/* Plain logits for generation: out (N, V) = inp W^T. */
+void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V);
+#endif
