@@ -21,7 +21,14 @@ int error_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, message, sizeof old);
-    snprintf(message, sizeof message, "%s: %s", prefix, old);
+    size_t k = strlen(prefix);
+    if (k > sizeof message - 3) k = sizeof message - 3;
+    memcpy(message, prefix, k);
+    message[k] = ':'; message[k + 1] = ' ';
+    size_t room = sizeof message - k - 3, len = strlen(old);
+    if (len > room) len = room;
+    memcpy(message + k + 2, old, len);
+    message[k + 2 + len] = 0;
     return -1;
 }
 
