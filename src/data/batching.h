@@ -1,0 +1,53 @@
+/* batching.h: MLX-LM's iterate_batches, with its bugs fixed: examples are
+ * sorted by their real token length, grouped into batches of B consecutive
+ * examples, the order of batches is shuffled every epoch from the seed, rows
+ * are padded with id 0 to 1 + 32*ceil(max_len/32) capped at max_seq_length,
+ * longer rows are truncated with MLX-LM's warning. Unlike MLX-LM, the
+ * remainder (n % B examples) is not dropped: it forms a last, smaller batch.
+ * Each of `world` workers takes rows rank, rank + world, ... of a batch. */
+#ifndef LT_BATCHING_H
+#define LT_BATCHING_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "base/rng.h"
+#include "data/dataset.h"
+
+typedef struct {
+    int rows;           /* this worker's rows (<= batch_size / world) */
+    int width;          /* W: padded row width; the model sees T = W - 1 inputs */
+    int32_t *tokens;    /* (rows, width), right-padded with 0 */
+    int32_t *lengths;   /* (rows): min(len, max_seq_length) */
+    int32_t *offsets;   /* (rows): prompt offsets */
+    long n_loss_tokens; /* targets that count in the loss on this worker */
+} Batch;
+
+typedef struct {
+    uint64_t epoch;
+    uint64_t position;  /* index into the current epoch's batch order */
+    Rng rng;
+} BatchCursor;          /* everything needed to resume exactly */
+
+typedef struct {
+    const Dataset *data;
+    int batch_size, max_seq_length, rank, world;
+    bool loop;          /* training: endless epochs, reshuffled; eval: one pass in order */
+    int *sorted;        /* (n) example indices sorted by length (stable) */
+    int n_batches;
+    int *order;         /* (n_batches) batch order of the current epoch */
+    BatchCursor cursor;
+    bool warned;        /* truncation warning printed once per batch width */
+    Batch batch;        /* buffers sized for the widest batch */
+} BatchIter;
+
+/* Errors: "Dataset must have at least batch_size=B examples but only has N."
+ * and "The batch size must be divisible by the number of workers". */
+int batch_iter_init(BatchIter *it, const Dataset *d, int batch_size, int max_seq_length,
+                    int rank, int world, uint64_t seed, bool loop);
+/* 1: *out points at the next batch; 0: end of the pass (eval only). */
+int batch_iter_next(BatchIter *it, Batch **out);
+void batch_iter_free(BatchIter *it);
+/* Widest padded width any batch of this data set will have (for the plan). */
+int batch_max_width(const Dataset *d, int batch_size, int max_seq_length);
+/* Bytes of the batch buffers (for the plan). */
+size_t batch_iter_bytes(const Dataset *d, int batch_size, int max_seq_length, int world);
+#endif

@@ -1,0 +1,54 @@
+/* plan.c: the memory plan's entries and the carver (see plan.h). */
+#include "memory/plan.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include <stdio.h>
+#include <string.h>
+
+static const char *class_names[MEM_CLASS_COUNT] = {
+    [MEM_FROZEN_WEIGHTS] = "frozen weights", [MEM_FROZEN_SMALL] = "frozen norms and biases (fp32)",
+    [MEM_TRAINABLE] = "trainable parameters", [MEM_GRADIENTS] = "gradients (accumulation buffer)",
+    [MEM_OPTIMIZER] = "optimizer moments", [MEM_ACTIVATIONS] = "saved activations",
+    [MEM_CHECKPOINTS] = "checkpointed block inputs", [MEM_RECOMPUTE] = "recompute workspace",
+    [MEM_BACKWARD_SCRATCH] = "backward scratch", [MEM_LMHEAD] = "LM head + cross-entropy chunk",
+    [MEM_ATTENTION] = "attention workspace", [MEM_KV_CACHE] = "KV cache",
+    [MEM_DATASET] = "tokenised data set and batches", [MEM_LIBRARY] = "library scratch",
+    [MEM_RUNTIME] = "process baseline (code, libraries)",
+};
+const char *mem_class_name(MemClass c) { return (unsigned)c < MEM_CLASS_COUNT ? class_names[c] : "?"; }
+
+int plan_note(MemPlan *p, MemClass c, const char *name, size_t bytes, bool in_arena) {
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        PlanEntry *e = mem_realloc(p->entries, cap * sizeof *e);
+        if (!e) return -1;
+        p->entries = e; p->cap = cap;
+    }
+    PlanEntry *e = &p->entries[p->n++];
+    e->cls = c;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->bytes = in_arena ? arena_block_size(bytes) : bytes;
+    e->in_arena = in_arena;
+    return 0;
+}
+
+size_t plan_total(const MemPlan *p) { size_t s = 0; for (size_t i = 0; i < p->n; i++) s += p->entries[i].bytes; return s; }
+size_t plan_arena_bytes(const MemPlan *p) {
+    size_t s = 0; for (size_t i = 0; i < p->n; i++) if (p->entries[i].in_arena) s += p->entries[i].bytes; return s;
+}
+size_t plan_class_bytes(const MemPlan *p, MemClass c) {
+    size_t s = 0; for (size_t i = 0; i < p->n; i++) if (p->entries[i].cls == c) s += p->entries[i].bytes; return s;
+}
+void plan_free(MemPlan *p) { mem_free(p->entries); memset(p, 0, sizeof *p); }
+
+int carve(Carver *cv, MemClass c, const char *name, size_t bytes, void **out) {
+    *out = NULL;
+    if (cv->plan) TRY(plan_note(cv->plan, c, name, bytes, true));
+    if (cv->arena) {
+        void *p = arena_alloc(cv->arena, bytes);
+        if (!p) return error_prefix("allocating %s (%s)", name, mem_class_name(c));
+        memset(p, 0, bytes);
+        *out = p;
+    }
+    return 0;
+}

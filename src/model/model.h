@@ -1,0 +1,101 @@
+/* model.h: the decoder (llama / mistral / qwen2 / qwen3) as lmtune trains and
+ * runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
+ * the last N blocks, forward and backward of one micro-batch, gradient
+ * checkpointing, and incremental decoding with a KV cache.
+ *
+ * Memory: model_layout() walks every buffer the model will hold for a spec
+ * (weights converted at load, trainable parameters, gradients, activations,
+ * checkpoints, recompute workspace, LM-head chunk, attention workspace, KV
+ * cache). With a planning Carver it only records sizes (memory/plan.h); the
+ * very same walk carves the arena in model_load(). Frozen weights stored in
+ * the file as F32 or BF16 are used in place from the mapped file (recorded
+ * as a non-arena note of their bytes); F16 is converted at load. */
+#ifndef LT_MODEL_H
+#define LT_MODEL_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "base/rng.h"
+#include "formats/hf_config.h"
+#include "memory/plan.h"
+
+typedef enum { TUNE_LORA = 0, TUNE_DORA, TUNE_FULL, TUNE_NONE } TuneType;
+
+/* The seven linear projections of a block, in MLX-LM key order. */
+enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, PROJ_COUNT };
+extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "mlp.down_proj" */
+#define PROJ_ALL ((1u << PROJ_COUNT) - 1)
+
+typedef struct {
+    TuneType type;          /* TUNE_NONE: inference only (eval without adapter, generate) */
+    int num_layers;         /* last N blocks are trainable; -1 or 0 = all (MLX-LM) */
+    int lora_rank;          /* r */
+    float lora_scale;       /* MLX-LM's scale (PEFT alpha / r) */
+    float lora_dropout;
+    unsigned lora_keys;     /* bitmask of 1u << PROJ_* */
+    bool grad_checkpoint;
+    int max_rows;           /* B: rows of the widest micro-batch */
+    int max_tokens;         /* T: input positions per row (batch width - 1) */
+    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in
+                               (F32/BF16 in the file are used as stored; this
+                               applies to F16 files and to `--weights-dtype`) */
+    int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
+    bool training;          /* false: no gradients / saved activations */
+    int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
+} ModelSpec;
+
+/* One trainable tensor, fp32. Names are MLX-LM adapter keys
+ * ("model.layers.27.self_attn.q_proj.lora_a" [in, r], "...lora_b" [r, out],
+ * DoRA "...m" [out]) or HF weight names for full fine-tuning. */
+typedef struct {
+    char name[96];
+    float *value;
+    float *grad;            /* accumulated by model_forward_backward (+=) */
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+} TrainableTensor;
+
+typedef struct Model Model;
+
+/* Records every buffer of the model for this spec (no file is read). */
+int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv);
+/* Notes the frozen weights that stay in the mapped file(s): reads headers only. */
+int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan);
+
+/* Opens DIR (config.json, safetensors), checks every tensor against the
+ * config, carves the arena through model_layout, converts what must be
+ * converted. Trainable tensors are zero until model_init_adapters or a load. */
+int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena *arena);
+void model_free(Model *m);
+const ModelConfig *model_config(const Model *m);
+const ModelSpec *model_spec(const Model *m);
+
+/* Trainable tensors in a fixed order (block by block, projection by projection). */
+size_t model_trainables(Model *m, TrainableTensor **list);
+/* LoRA: A ~ U(+-1/sqrt(in)), B = 0 (MLX-LM); DoRA also m = row norms of W;
+ * full: copies the base weights of the trainable blocks into fp32 masters. */
+int model_init_trainables(Model *m, Rng *rng);
+void model_zero_grad(Model *m);
+
+/* One micro-batch. tokens (B, W): inputs tokens[:, :-1], targets tokens[:, 1:],
+ * T = W - 1. Target position j (step s = j + 1) counts iff
+ * offsets[b] <= s < lengths[b]. Loss = mean CE over counted targets.
+ * Gradients of (grad_scale * loss) are ADDED to each TrainableTensor.grad.
+ * dropout_rng may be NULL when lora_dropout == 0. */
+int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
+                           const int32_t *lengths, const int32_t *offsets,
+                           float grad_scale, Rng *dropout_rng,
+                           double *loss, long *n_tokens);
+/* Forward only: the SUM of CE over counted targets and their count (eval). */
+int model_loss(Model *m, const int32_t *tokens, int B, int W,
+               const int32_t *lengths, const int32_t *offsets,
+               double *loss_sum, long *n_tokens);
+/* Full logits (B, T, V) for small tests/generation of short inputs. */
+int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
+
+/* Generation with the KV cache (spec.kv_cache_tokens > 0): feeds n tokens at
+ * positions pos..pos+n-1 of a single sequence and writes the logits (V) of
+ * the last one. pos == 0 resets the cache. */
+int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
+#endif
