@@ -236,6 +236,7 @@ static void fmt_float(char *buf, size_t cap, float x) {
     if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", cap - strlen(buf) - 1);
 }
 static void fmt_double(char *buf, size_t cap, double x) {
+    if (x == floor(x) && fabs(x) < 1e15) { snprintf(buf, cap, "%.1f", x); return; } /* 500000.0, not 5e+05 */
     for (int p = 1; p <= 17; p++) { snprintf(buf, cap, "%.*g", p, x); if (strtod(buf, NULL) == x) break; }
     if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", cap - strlen(buf) - 1);
 }
