@@ -32,6 +32,7 @@ typedef struct {
     /* key */
     int64_t M, N, K;
     int transA, transB;
+    int64_t lda; /* row stride of a non-transposed A, in elements */
     dnnl_data_type_t a_type, b_type;
     float alpha, beta;
     int has_bias;
@@ -100,20 +101,20 @@ static void mm_slot_release(MatmulSlot *s) {
 
 /* Row-major (rows, cols) matrix, or its transpose seen through strides:
  * logical (rows, cols) stored as (cols, rows). */
-static void mm_desc(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, dnnl_data_type_t t) {
+static void mm_desc(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, int64_t ld, dnnl_data_type_t t) {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides;
     if (trans) { strides[0] = 1; strides[1] = rows; }
-    else { strides[0] = cols; strides[1] = 1; }
+    else { strides[0] = ld; strides[1] = 1; }
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides));
 }
 
 static void mm_slot_create(MatmulSlot *s) {
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
-    mm_desc(&a_md, s->M, s->K, s->transA, s->a_type);
-    mm_desc(&b_md, s->K, s->N, s->transB, s->b_type);
-    mm_desc(&c_md, s->M, s->N, 0, dnnl_f32);
-    if (s->has_bias) mm_desc(&bias_md, 1, s->N, 0, dnnl_f32);
+    mm_desc(&a_md, s->M, s->K, s->transA, s->lda, s->a_type);
+    mm_desc(&b_md, s->K, s->N, s->transB, s->N, s->b_type);
+    mm_desc(&c_md, s->M, s->N, 0, s->N, dnnl_f32);
+    if (s->has_bias) mm_desc(&bias_md, 1, s->N, 0, s->N, dnnl_f32);
 
     dnnl_matmul_desc_t desc;
     DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, s->has_bias ? &bias_md : NULL, &c_md));
@@ -153,7 +154,7 @@ static void mm_slot_create(MatmulSlot *s) {
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C (+ bias broadcast over rows).
  * Caller holds mm_lock. */
-static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA,
+static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA, int64_t lda,
                           const void *B, dnnl_data_type_t b_type, int transB,
                           const float *bias, int M, int N, int K, float alpha, float beta) {
     mm_init_locked();
@@ -161,7 +162,7 @@ static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int 
     for (int i = 0; i < MM_CACHE_SLOTS; i++) {
         MatmulSlot *s = &mm_cache[i];
         if (!s->used) { if (victim->used) victim = s; continue; }
-        if (s->M == M && s->N == N && s->K == K && s->transA == transA && s->transB == transB &&
+        if (s->M == M && s->N == N && s->K == K && s->transA == transA && s->transB == transB && s->lda == lda &&
             s->a_type == a_type && s->b_type == b_type && s->alpha == alpha && s->beta == beta &&
             s->has_bias == (bias != NULL)) { hit = s; break; }
         if (victim->used && s->last_use < victim->last_use) victim = s;
@@ -170,7 +171,7 @@ static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int 
         mm_slot_release(victim);
         hit = victim;
         hit->M = M; hit->N = N; hit->K = K;
-        hit->transA = transA; hit->transB = transB;
+        hit->transA = transA; hit->transB = transB; hit->lda = lda;
         hit->a_type = a_type; hit->b_type = b_type;
         hit->alpha = alpha; hit->beta = beta;
         hit->has_bias = bias != NULL;
@@ -189,6 +190,12 @@ static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int 
     if (bias) DNNL_CHECK(dnnl_memory_set_data_handle(hit->mem_bias, (void *)bias));
     DNNL_CHECK(dnnl_primitive_execute(hit->prim, mm_stream, bias ? 4 : 3, args));
     DNNL_CHECK(dnnl_stream_wait(mm_stream));
+}
+
+static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA,
+                          const void *B, dnnl_data_type_t b_type, int transB,
+                          const float *bias, int M, int N, int K, float alpha, float beta) {
+    mm_run_lda_locked(C, A, a_type, transA, K, B, b_type, transB, bias, M, N, K, alpha, beta);
 }
 
 void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
@@ -250,11 +257,11 @@ void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weig
     pthread_mutex_unlock(&mm_lock);
 }
 
-void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, const void *weight,
+void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld_dout, const void *weight,
                                     float beta, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     pthread_mutex_lock(&mm_lock);
-    mm_run_locked(dinp, dout, dnnl_bf16, 0, weight, dnnl_bf16, 0, NULL, N, C, OC, 1.0f, beta);
+    mm_run_lda_locked(dinp, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, NULL, N, C, OC, 1.0f, beta);
     pthread_mutex_unlock(&mm_lock);
 }
 

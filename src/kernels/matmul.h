@@ -57,8 +57,8 @@ void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
  * uses no matmul scratch. */
 void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weight_bf16,
                                const float *bias, int N, int C, int OC);
-/* dinp (N, C) = dout (N, OC, already bf16) @ weight (OC, C, BF16) + beta * dinp;
- * uses no matmul scratch. */
-void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, const void *weight_bf16,
+/* dinp (N, C) = dout (N, OC, already bf16, rows ld_dout >= OC elements
+ * apart) @ weight (OC, C, BF16) + beta * dinp; uses no matmul scratch. */
+void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld_dout, const void *weight_bf16,
                                     float beta, int N, int C, int OC);
 #endif
