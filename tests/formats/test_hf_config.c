@@ -73,7 +73,8 @@ static void test_families(void) {
     const char *qwen2 =
         "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
         "\"num_attention_heads\":8,\"num_key_value_heads\":2,\"vocab_size\":300,\"rms_norm_eps\":1e-06,"
-        "\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"use_sliding_window\":false,\"eos_token_id\":151643}";
+        "\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"use_sliding_window\":false,\"sliding_window\":4096,"
+        "\"eos_token_id\":151643}";
     CHECK(parse_with(&c, qwen2, "vocab_size", "151936") == 0);
     CHECK(c.attention_bias && c.tie_word_embeddings && !c.qk_norm && c.head_dim == 8 && c.eos_token_ids[0] == 151643);
     CHECK(parse_with(&c, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
@@ -89,6 +90,16 @@ static void test_families(void) {
     CHECK(parse_with(&c, qwen3, "attention_bias", "true") == 0 && c.attention_bias);
     CHECK(parse_with(&c, qwen3, "head_dim", NULL) == -1);
     CHECK_ERROR_CONTAINS("config.json: missing field \"head_dim\"");
+    /* sliding windows: mistral's is read, qwen's only when enabled, llama has none */
+    CHECK(parse_with(&c, mistral, "sliding_window", "4096") == 0 && c.sliding_window == 4096);
+    CHECK(hf_config_parse(&c, mistral, "config.json") == 0 && c.sliding_window == 0);
+    CHECK(parse_with(&c, qwen2, "vocab_size", "151936") == 0 && c.sliding_window == 0); /* use_sliding_window false */
+    CHECK(parse_with(&c, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
+                         "\"num_attention_heads\":8,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"sliding_window\":512}",
+                     "use_sliding_window", "true") == 0 && c.sliding_window == 512);
+    CHECK(parse_with(&c, LLAMA, "sliding_window", "4096") == 0 && c.sliding_window == 0);
+    CHECK(parse_with(&c, mistral, "sliding_window", "-1") == -1);
+    CHECK_ERROR_CONTAINS("field \"sliding_window\" is -1, outside the supported range");
     /* newer transformers write "dtype" */
     CHECK(parse_with(&c, LLAMA, "dtype", "\"bfloat16\"") == 0 && c.torch_dtype == DTYPE_BF16);
     /* rope_scaling variants */
@@ -241,7 +252,7 @@ static void test_files_and_roundtrip(void) {
         "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
         "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":\"bfloat16\"}",
         "{\"model_type\":\"mistral\",\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":1,\"num_attention_heads\":4,"
-        "\"vocab_size\":100,\"rms_norm_eps\":3.3e-06,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5},\"eos_token_id\":2,"
+        "\"vocab_size\":100,\"rms_norm_eps\":3.3e-06,\"sliding_window\":4096,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5},\"eos_token_id\":2,"
         "\"torch_dtype\":\"float16\"}",
         "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":8,"
         "\"num_key_value_heads\":2,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}",
