@@ -34,6 +34,16 @@ static void write_raw(const char *path, const void *bytes, size_t n) {
     fclose(fp);
 }
 
+/* With LMTUNE_SEED_CORPUS=DIR, every crafted file is also saved there (the
+ * fuzzer's seed corpus, tests/formats/fuzz/corpus_safetensors). */
+static void corpus_save(const char *name, const void *bytes, size_t n) {
+    const char *dir = getenv("LMTUNE_SEED_CORPUS");
+    if (!dir) return;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    write_raw(p, bytes, n);
+}
+
 /* A file: 8-byte N (= strlen(header) unless n_override >= 0), header, data. */
 static const char *make_st_n(const char *name, const char *header, size_t hlen, const void *data, size_t dlen, long long n_override) {
     const char *path = tmp_path(name);
@@ -43,6 +53,7 @@ static const char *make_st_n(const char *name, const char *header, size_t hlen, 
     memcpy(buf + 8, header, hlen);
     if (dlen) memcpy(buf + 8 + hlen, data, dlen);
     write_raw(path, buf, 8 + hlen + dlen);
+    corpus_save(name, buf, 8 + hlen + dlen);
     free(buf);
     return path;
 }
@@ -236,6 +247,8 @@ static void test_nonfinite(void) {
     };
     const char *path = tmp_path("nan.safetensors");
     CHECK(st_write(path, ts, 4, NULL, NULL, 0) == 0);
+    MappedFile mf;
+    if (file_map(&mf, path) == 0) { corpus_save("nan.safetensors", mf.data, mf.size); file_unmap(&mf); }
     StFile f;
     CHECK(st_open(&f, path) == 0);
     CHECK(st_tensor_count_nonfinite(st_find(&f, "f32")) == 3);
@@ -266,6 +279,8 @@ static void test_writer(void) {
     const char *mk[2] = {"format", "note"}, *mv[2] = {"pt", "ünïcode"};
     const char *path = tmp_path("rt.safetensors");
     CHECK(st_write(path, ts, 4, mk, mv, 2) == 0);
+    MappedFile mf;
+    if (file_map(&mf, path) == 0) { corpus_save("roundtrip.safetensors", mf.data, mf.size); file_unmap(&mf); }
     StFile f;
     CHECK(st_open(&f, path) == 0);
     CHECK(f.n_tensors == 4 && f.header_len % 8 == 0);
