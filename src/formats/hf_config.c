@@ -190,6 +190,8 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     TRY(get_number(root, name, "rms_norm_eps", true, 0, &eps));
     if (!(eps > 0 && eps < 1)) return error_set("%s: field \"rms_norm_eps\" is %g but must be in (0, 1)", name, eps);
     c->rms_norm_eps = (float)eps;
+    if (!(c->rms_norm_eps >= 1e-30f)) /* also keeps it a normal float */
+        return error_set("%s: field \"rms_norm_eps\" is %g, too small to be useful in float32", name, eps);
     TRY(get_number(root, name, "rope_theta", false, 10000.0, &c->rope_theta));
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return error_set("%s: field \"rope_theta\" is %g but must be positive", name, c->rope_theta);

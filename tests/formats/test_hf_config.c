@@ -172,6 +172,8 @@ static void test_errors(void) {
     CHECK_ERROR_CONTAINS("field \"rms_norm_eps\" is 0 but must be in (0, 1)");
     CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "-1e-6") == -1);
     CHECK_ERROR_CONTAINS("must be in (0, 1)");
+    CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "1e-205") == -1); /* found by the fuzzer: 0 as a float */
+    CHECK_ERROR_CONTAINS("field \"rms_norm_eps\" is 1e-205, too small to be useful in float32");
     CHECK(parse_with(&c, LLAMA, "rope_theta", "0") == -1);
     CHECK_ERROR_CONTAINS("field \"rope_theta\" is 0 but must be positive");
     CHECK(parse_with(&c, LLAMA, "rope_theta", "\"1e4\"") == -1);

@@ -81,9 +81,11 @@ static void expect_reject(const char *path, const char *needle) {
 static void test_header_length(void) {
     expect_reject(make_st_n("empty.st", "", 0, NULL, 0, -1) /* 8 bytes of N=0 */, "not valid JSON");
     write_raw(tmp_path("zero.st"), "", 0);
+    corpus_save("zero.st", "", 0);
     expect_reject(tmp_path("zero.st"), "file is 0 bytes, too small");
     for (int n = 1; n <= 7; n++) {
         write_raw(tmp_path("short.st"), "\x02\0\0\0\0\0\0", (size_t)n);
+        if (n == 7) corpus_save("short.st", "\x02\0\0\0\0\0\0", 7);
         char want[64];
         snprintf(want, sizeof want, "file is %d bytes, too small", n);
         expect_reject(tmp_path("short.st"), want);
@@ -96,6 +98,7 @@ static void test_header_length(void) {
     const char *p = tmp_path("huge.st");
     unsigned char b[10] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'};
     write_raw(p, b, 10);
+    corpus_save("huge.st", b, 10);
     expect_reject(p, "header length 18446744073709551615 exceeds the limit of 100000000 bytes");
     b[0] = 0xf9; /* 2^64 - 7: 8 + N overflows */
     write_raw(p, b, 10);
@@ -130,6 +133,7 @@ static void test_header_text(void) {
     /* data_offsets with 1 or 3 items, or bad items */
     expect_reject(make_st("off1.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}", zeros, 4), "tensor \"w\": field \"data_offsets\" must be [begin, end] (2 integers, got 1)");
     expect_reject(make_st("off3.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", zeros, 4), "(2 integers, got 3)");
+    expect_reject(make_st("offobj.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"begin\":0}}}", zeros, 4), "tensor \"w\": field \"data_offsets\" must be [begin, end]");
     expect_reject(make_st("offneg.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", zeros, 4), "tensor \"w\": data_offsets[0] must be a non-negative integer");
     expect_reject(make_st("offflt.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.0]}}", zeros, 4), "tensor \"w\": data_offsets[1] must be a non-negative integer");
     /* duplicate name (the reference keeps the last; we refuse) */
