@@ -9,6 +9,7 @@
 #include "safetensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "one_line.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -117,9 +118,11 @@ static int parse_entry(StFile *f, StTensor *t, const char *name, const json_t *e
         t->shape[i] = (int64_t)d;
     }
     if (!off) return error_set("%s: tensor \"%s\": missing field \"data_offsets\"", p, name);
-    if (!json_is_array(off) || json_array_size(off) != 2)
-        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end] (2 integers, got %s%zu)", p, name,
-                         json_is_array(off) ? "" : "a non-array, ", json_is_array(off) ? json_array_size(off) : (size_t)0);
+    if (!json_is_array(off))
+        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end]", p, name);
+    if (json_array_size(off) != 2)
+        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end] (2 integers, got %zu)", p, name,
+                         json_array_size(off));
     if (!json_to_size(json_array_get(off, 0), &t->begin))
         return error_set("%s: tensor \"%s\": data_offsets[0] must be a non-negative integer", p, name);
     if (!json_to_size(json_array_get(off, 1), &t->end))
@@ -129,9 +132,9 @@ static int parse_entry(StFile *f, StTensor *t, const char *name, const json_t *e
     return 0;
 }
 
-static const StFile *sort_file; /* qsort has no context argument */
-static int by_offset(const void *a, const void *b) {
-    const StTensor *x = &sort_file->tensors[*(const size_t *)a], *y = &sort_file->tensors[*(const size_t *)b];
+static int by_offset(const void *a, const void *b, void *file) {
+    const StTensor *ts = ((const StFile *)file)->tensors;
+    const StTensor *x = &ts[*(const size_t *)a], *y = &ts[*(const size_t *)b];
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return strcmp(x->name, y->name);
@@ -149,8 +152,7 @@ static int validate_offsets(StFile *f, size_t *data_end) {
     size_t *order = mem_calloc(n ? n : 1, sizeof *order);
     if (!order) return error_prefix("%s", p);
     for (size_t i = 0; i < n; i++) order[i] = i;
-    sort_file = f;
-    qsort(order, n, sizeof *order, by_offset);
+    qsort_r(order, n, sizeof *order, by_offset, f);
     size_t start = 0;
     const StTensor *prev = NULL;
     int rc = 0;
@@ -274,7 +276,7 @@ int st_open(StFile *f, const char *path) {
     if (file_map(&f->map, path) < 0) { st_close(f); return -1; }
     size_t n;
     if (check_header_length(path, f->map.data, f->map.size, &n) < 0 ||
-        parse_header(f, f->map.data + 8, n, f->map.size) < 0) { st_close(f); return -1; }
+        parse_header(f, f->map.data + 8, n, f->map.size) < 0) { st_close(f); return error_one_line(); }
     f->header_len = n;
     const unsigned char *buffer = f->map.data + 8 + n;
     for (size_t i = 0; i < f->n_tensors; i++) f->tensors[i].data = buffer + f->tensors[i].begin;
@@ -300,11 +302,11 @@ int st_open_header(StFile *f, const char *path) {
     if (fd < 0) { error_set("%s: cannot open: %s", path, strerror(errno)); st_close(f); return -1; }
     struct stat st;
     unsigned char first8[8] = {0}, *header = NULL;
-    size_t n = 0;
+    size_t n = 0, size = 0;
     int rc = 0;
     if (fstat(fd, &st) < 0) rc = error_set("%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode)) rc = error_set("%s: not a regular file", path);
-    size_t size = (size_t)st.st_size;
+    else size = (size_t)st.st_size;
     if (!rc && size >= 8 && read_exact(fd, first8, 8, 0) < 0) rc = error_set("%s: read error: %s", path, strerror(errno));
     if (!rc) rc = check_header_length(path, first8, size, &n);
     if (!rc && !(header = mem_alloc(n))) rc = error_prefix("%s", path);
@@ -312,7 +314,7 @@ int st_open_header(StFile *f, const char *path) {
     close(fd);
     if (!rc) rc = parse_header(f, header, n, size);
     mem_free(header);
-    if (rc) { st_close(f); return -1; }
+    if (rc) { st_close(f); return error_one_line(); }
     f->header_len = n;
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "base/rng.h"
 #include "formats/safetensors.h"
 #include <math.h>
 #include <stdint.h>
@@ -33,6 +34,16 @@ static void write_raw(const char *path, const void *bytes, size_t n) {
     fclose(fp);
 }
 
+/* With LMTUNE_SEED_CORPUS=DIR, every crafted file is also saved there (the
+ * fuzzer's seed corpus, tests/formats/fuzz/corpus_safetensors). */
+static void corpus_save(const char *name, const void *bytes, size_t n) {
+    const char *dir = getenv("LMTUNE_SEED_CORPUS");
+    if (!dir) return;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    write_raw(p, bytes, n);
+}
+
 /* A file: 8-byte N (= strlen(header) unless n_override >= 0), header, data. */
 static const char *make_st_n(const char *name, const char *header, size_t hlen, const void *data, size_t dlen, long long n_override) {
     const char *path = tmp_path(name);
@@ -42,6 +53,7 @@ static const char *make_st_n(const char *name, const char *header, size_t hlen, 
     memcpy(buf + 8, header, hlen);
     if (dlen) memcpy(buf + 8 + hlen, data, dlen);
     write_raw(path, buf, 8 + hlen + dlen);
+    corpus_save(name, buf, 8 + hlen + dlen);
     free(buf);
     return path;
 }
@@ -69,9 +81,11 @@ static void expect_reject(const char *path, const char *needle) {
 static void test_header_length(void) {
     expect_reject(make_st_n("empty.st", "", 0, NULL, 0, -1) /* 8 bytes of N=0 */, "not valid JSON");
     write_raw(tmp_path("zero.st"), "", 0);
+    corpus_save("zero.st", "", 0);
     expect_reject(tmp_path("zero.st"), "file is 0 bytes, too small");
     for (int n = 1; n <= 7; n++) {
         write_raw(tmp_path("short.st"), "\x02\0\0\0\0\0\0", (size_t)n);
+        if (n == 7) corpus_save("short.st", "\x02\0\0\0\0\0\0", 7);
         char want[64];
         snprintf(want, sizeof want, "file is %d bytes, too small", n);
         expect_reject(tmp_path("short.st"), want);
@@ -84,6 +98,7 @@ static void test_header_length(void) {
     const char *p = tmp_path("huge.st");
     unsigned char b[10] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'};
     write_raw(p, b, 10);
+    corpus_save("huge.st", b, 10);
     expect_reject(p, "header length 18446744073709551615 exceeds the limit of 100000000 bytes");
     b[0] = 0xf9; /* 2^64 - 7: 8 + N overflows */
     write_raw(p, b, 10);
@@ -118,6 +133,7 @@ static void test_header_text(void) {
     /* data_offsets with 1 or 3 items, or bad items */
     expect_reject(make_st("off1.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}", zeros, 4), "tensor \"w\": field \"data_offsets\" must be [begin, end] (2 integers, got 1)");
     expect_reject(make_st("off3.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", zeros, 4), "(2 integers, got 3)");
+    expect_reject(make_st("offobj.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"begin\":0}}}", zeros, 4), "tensor \"w\": field \"data_offsets\" must be [begin, end]");
     expect_reject(make_st("offneg.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", zeros, 4), "tensor \"w\": data_offsets[0] must be a non-negative integer");
     expect_reject(make_st("offflt.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.0]}}", zeros, 4), "tensor \"w\": data_offsets[1] must be a non-negative integer");
     /* duplicate name (the reference keeps the last; we refuse) */
@@ -235,6 +251,8 @@ static void test_nonfinite(void) {
     };
     const char *path = tmp_path("nan.safetensors");
     CHECK(st_write(path, ts, 4, NULL, NULL, 0) == 0);
+    MappedFile mf;
+    if (file_map(&mf, path) == 0) { corpus_save("nan.safetensors", mf.data, mf.size); file_unmap(&mf); }
     StFile f;
     CHECK(st_open(&f, path) == 0);
     CHECK(st_tensor_count_nonfinite(st_find(&f, "f32")) == 3);
@@ -265,6 +283,8 @@ static void test_writer(void) {
     const char *mk[2] = {"format", "note"}, *mv[2] = {"pt", "ünïcode"};
     const char *path = tmp_path("rt.safetensors");
     CHECK(st_write(path, ts, 4, mk, mv, 2) == 0);
+    MappedFile mf;
+    if (file_map(&mf, path) == 0) { corpus_save("roundtrip.safetensors", mf.data, mf.size); file_unmap(&mf); }
     StFile f;
     CHECK(st_open(&f, path) == 0);
     CHECK(f.n_tensors == 4 && f.header_len % 8 == 0);
@@ -436,6 +456,56 @@ static void test_alloc_failures(void) {
     printf("allocation sites exercised: %d\n", sites);
 }
 
+/* Random corruption of a valid file (byte flips, truncation, appended
+ * bytes, a rewritten header length): never a crash or sanitizer report;
+ * every rejection is one line naming the file, every acceptance is a file
+ * whose tensors lie inside it. */
+static void test_mutations(void) {
+    const char *src = tmp_path("rt.safetensors");
+    MappedFile orig;
+    CHECK(file_map(&orig, src) == 0);
+    size_t n = orig.size;
+    unsigned char *buf = malloc(n + 16);
+    const char *path = tmp_path("mut.safetensors");
+    Rng rng;
+    rng_seed(&rng, 1234);
+    int accepted = 0, rejected = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(buf, orig.data, n);
+        size_t len = n;
+        int kind = (int)rng_below(&rng, 4);
+        if (kind == 0) for (int k = 0, flips = 1 + (int)rng_below(&rng, 3); k < flips; k++) buf[rng_below(&rng, len)] ^= (unsigned char)(1u << rng_below(&rng, 8));
+        else if (kind == 1) len = (size_t)rng_below(&rng, n);
+        else if (kind == 2) { size_t extra = 1 + (size_t)rng_below(&rng, 16); for (size_t k = 0; k < extra; k++) buf[len++] = (unsigned char)rng_next(&rng); }
+        else { uint64_t v = rng_next(&rng) >> rng_below(&rng, 64); memcpy(buf, &v, 8); }
+        write_raw(path, buf, len);
+        StFile f;
+        for (int header_only = 0; header_only < 2; header_only++) {
+            int rc = header_only ? st_open_header(&f, path) : st_open(&f, path);
+            if (rc == 0) {
+                accepted++;
+                for (size_t i = 0; i < f.n_tensors; i++) {
+                    CHECK(f.tensors[i].end <= len - 8 - f.header_len);
+                    if (!header_only) CHECK(st_tensor_count_nonfinite(&f.tensors[i]) <= f.tensors[i].nelem);
+                }
+                st_close(&f);
+            } else {
+                rejected++;
+                CHECK(strstr(error_message(), path) == error_message());
+                bool printable = true;
+                for (const char *p = error_message(); *p; p++) printable &= (unsigned char)*p >= 0x20;
+                CHECK_MSG(printable, "%s", error_message());
+            }
+        }
+    }
+    printf("mutations: %d accepted, %d rejected\n", accepted, rejected);
+    CHECK(rejected > 0);
+    free(buf);
+    file_unmap(&orig);
+    /* a name with a newline: the message stays on one line */
+    expect_reject(make_st("nl.st", "{\"a\\nb\":{\"dtype\":\"F31\",\"shape\":[],\"data_offsets\":[0,4]}}", zeros, 4), "tensor \"a?b\": unknown dtype");
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lt_st_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
@@ -446,6 +516,7 @@ int main(void) {
     test_nonfinite();
     test_writer();
     test_sharded();
+    test_mutations();
     test_alloc_failures();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
