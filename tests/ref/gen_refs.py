@@ -186,8 +186,8 @@ def to_file_dtype(weights, weights_dtype):
     return weights
 
 
-def build_model(cfg, file_weights, case, adapters=None):
-    m = tm.DecoderLM(cfg, file_weights, compute_dtype=torch.float64, bf16_mode="emulate")
+def build_model(cfg, file_weights, case, adapters=None, dtype=torch.float64):
+    m = tm.DecoderLM(cfg, file_weights, compute_dtype=dtype, bf16_mode="emulate")
     if case["fine_tune_type"] == "full":
         m.set_full(case["num_layers"])
     else:
@@ -222,6 +222,29 @@ def finite_difference_check(name, model, tokens, lengths, offsets):
     model.round_inputs = saved
     assert rel < 1e-6, "finite differences disagree with autograd"
     return rel
+
+
+def fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected):
+    """The same computation in float32 (what an exact fp32 engine would get),
+    compared with the float64 reference: a guide for test tolerances.
+    grad_max_rel = max|a - b| / max|b|, grad_norm_rel = ||a - b|| / ||b||,
+    each the worst over the grad.* tensors."""
+    m32 = build_model(cfg, file_weights, case, adapters, dtype=torch.float32)
+    loss, _, logits = tm.forward_loss(m32, inputs["tokens"], inputs["lengths"], inputs["offsets"])
+    names = sorted(m32.trainable)
+    grads = torch.autograd.grad(loss, [m32.trainable[n] for n in names])
+
+    def rel(a, b):
+        return (a.float() - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
+
+    dev = {"loss_abs": abs(loss.item() - expected["loss"].item()),
+           "logits_max_abs": (logits.detach().float() - expected["logits"]).abs().max().item(),
+           "logits_rms_abs": (logits.detach().float() - expected["logits"]).pow(2).mean().sqrt().item(),
+           "grad_max_rel": max(rel(g, expected["grad." + n]) for n, g in zip(names, grads)),
+           "grad_norm_rel": max(((g.float() - expected["grad." + n]).norm() / expected["grad." + n].norm()).item()
+                                for n, g in zip(names, grads))}
+    print(f"  [{name}] float32 vs float64: " + " ".join(f"{k}={v:.2e}" for k, v in dev.items()))
+    return {k: float(f"{v:.3e}") for k, v in dev.items()}
 
 
 def write_case_dir(name, cfg, file_weights, case, inputs, expected):
@@ -270,6 +293,7 @@ def grad_case(name, seed, cfg, case, B, W, lengths, offsets, description):
         expected["grad." + n] = g.float()
     print(f"{name}: loss={loss.item():.6f} ntokens={ntok} trainable tensors={len(names)}")
     finite_difference_check(name, model, tokens, lens, offs)
+    case["fp32_deviation"] = fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected)
     write_case_dir(name, cfg, file_weights, case, inputs, expected)
     return model, inputs, expected
 
@@ -300,23 +324,33 @@ def trajectory_case(name, seed, optimizer, lr, momentum):
     else:
         case["optimizer_config"] = {"momentum": momentum, "dampening": 0.0, "nesterov": False,
                                     "weight_decay": 0.0}
-    model = build_model(cfg, base, case, adapters)
-    names = sorted(model.trainable)
-    params = [model.trainable[n] for n in names]
-    opt = tm.AdamMLX(params, lr) if optimizer == "adam" else tm.SGDMLX(params, lr, momentum)
-    losses = []
-    for k in range(updates):
-        t, l, o = batches[order[k]]
-        loss, _, _ = tm.forward_loss(model, t, l, o)
-        grads = torch.autograd.grad(loss, params)
-        for p, g in zip(params, grads):
-            p.grad = g
-        opt.step()
-        losses.append(loss.item())
+
+    def run(dtype):
+        model = build_model(cfg, base, case, adapters, dtype=dtype)
+        names = sorted(model.trainable)
+        params = [model.trainable[n] for n in names]
+        opt = tm.AdamMLX(params, lr) if optimizer == "adam" else tm.SGDMLX(params, lr, momentum)
+        losses = []
+        for k in range(updates):
+            t, l, o = batches[order[k]]
+            loss, _, _ = tm.forward_loss(model, t, l, o)
+            grads = torch.autograd.grad(loss, params)
+            for p, g in zip(params, grads):
+                p.grad = g
+            opt.step()
+            losses.append(loss.item())
+        return losses, {n: model.trainable[n].detach().float() for n in names}
+
+    losses, final = run(torch.float64)
     expected = {"losses": torch.tensor(losses, dtype=torch.float32)}
-    for n in names:
-        expected[n] = model.trainable[n].detach().float()
+    expected.update(final)
     print(f"{name}: losses " + " ".join(f"{x:.5f}" for x in losses))
+    losses32, final32 = run(torch.float32)
+    dev = {"losses_max_abs": max(abs(a - b) for a, b in zip(losses, losses32)),
+           "weights_max_rel": max(((final32[n] - final[n]).abs().max() / final[n].abs().max()).item()
+                                  for n in final)}
+    print(f"  [{name}] float32 vs float64: " + " ".join(f"{k}={v:.2e}" for k, v in dev.items()))
+    case["fp32_deviation"] = {k: float(f"{v:.3e}") for k, v in dev.items()}
     write_case_dir(name, cfg, base, case, inputs, expected)
 
 
