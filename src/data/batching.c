@@ -24,24 +24,26 @@ static int padded_width(size_t max_len, int max_seq_length) {
 
 static int n_batches_of(size_t n, int batch_size) { return (int)((n + (size_t)batch_size - 1) / (size_t)batch_size); }
 
-/* Example indices sorted by length; ties keep file order (a stable sort). */
-static const Dataset *sort_data;
+/* Example indices sorted by length; ties keep file order (a stable sort:
+ * the key is the pair (length, index)). */
+typedef struct { size_t len; int index; } LengthKey;
 static int by_length(const void *a, const void *b) {
-    int i = *(const int *)a, j = *(const int *)b;
-    size_t li = dataset_len(sort_data, (size_t)i), lj = dataset_len(sort_data, (size_t)j);
-    if (li != lj) return li < lj ? -1 : 1;
-    return (i > j) - (i < j);
+    const LengthKey *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
 }
 
 static int *sorted_indices(const Dataset *d, bool sorted) {
     int *idx = mem_calloc(d->n ? d->n : 1, sizeof *idx);
     if (!idx) return NULL;
     for (size_t i = 0; i < d->n; i++) idx[i] = (int)i;
-    if (sorted) {
-        sort_data = d;
-        qsort(idx, d->n, sizeof *idx, by_length);
-        sort_data = NULL;
-    }
+    if (!sorted || d->n < 2) return idx;
+    LengthKey *keys = mem_calloc(d->n, sizeof *keys);
+    if (!keys) { mem_free(idx); return NULL; }
+    for (size_t i = 0; i < d->n; i++) keys[i] = (LengthKey){dataset_len(d, i), (int)i};
+    qsort(keys, d->n, sizeof *keys, by_length);
+    for (size_t i = 0; i < d->n; i++) idx[i] = keys[i].index;
+    mem_free(keys);
     return idx;
 }
 

@@ -2,12 +2,10 @@
  * tokenizer): length sort, grouping with the remainder kept, padding width
  * and its cap, the truncation warning, the two MLX-LM errors, seeded shuffle,
  * rank splitting, cursor resume, and the loss-token count. */
-#include <fcntl.h>
-#include <stdlib.h>
-#include <unistd.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "check.h"
+#include "data/capture.h"
 #include "data/batching.h"
 
 /* Example i has tokens i*1000 + p + 1 (never 0, so padding is visible). */
@@ -42,19 +40,9 @@ static int random_lengths(int *len, int n, int lo, int hi, uint64_t seed) {
 
 /* Runs fn with stderr redirected into a buffer. */
 static void capture_stderr(char *buf, size_t size, void (*fn)(void *), void *arg) {
-    char path[] = "/tmp/lmtune_stderr_XXXXXX";
-    int fd = mkstemp(path), saved = dup(2);
-    fflush(stderr);
-    dup2(fd, 2);
+    stderr_begin();
     fn(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, buf, size - 1);
-    buf[got > 0 ? got : 0] = 0;
-    close(fd);
-    unlink(path);
+    stderr_end(buf, size);
 }
 
 static void test_errors(void) {
@@ -107,10 +95,10 @@ static void test_padding_width(void) {
         CHECK(batch_iter_init(&it, &d, 2, cases[c].max_seq, 0, 1, 0, false) == 0);
         CHECK(batch_max_width(&d, 2, cases[c].max_seq) == cases[c].width);
         Batch *b;
-        int fd = dup(2), devnull = open("/dev/null", O_WRONLY);
-        fflush(stderr); dup2(devnull, 2); /* the truncation warning, tested below */
+        char ignored[4096];
+        stderr_begin(); /* the truncation warning, tested below */
         CHECK(batch_iter_next(&it, &b) == 1);
-        fflush(stderr); dup2(fd, 2); close(fd); close(devnull);
+        stderr_end(ignored, sizeof ignored);
         CHECK_MSG(b->width == cases[c].width, "len %d max %d: width %d", cases[c].len, cases[c].max_seq, b->width);
         for (int r = 0; r < 2; r++) {
             int ex = row_example(b, r), want_len = len[ex] < cases[c].max_seq ? len[ex] : cases[c].max_seq;
@@ -217,8 +205,8 @@ static void test_cursor_resume(void) {
     for (int stop = 0; stop < 40; stop += 7) {
         BatchIter a, b;
         CHECK(batch_iter_init(&a, &d, B, 64, 0, 1, 5, true) == 0);
-        int fd = dup(2), devnull = open("/dev/null", O_WRONLY);
-        fflush(stderr); dup2(devnull, 2);
+        char ignored[4096];
+        stderr_begin();
         Batch *x, *y;
         for (int k = 0; k < stop; k++) batch_iter_next(&a, &x);
         BatchCursor saved = a.cursor;
@@ -233,7 +221,7 @@ static void test_cursor_resume(void) {
                     memcmp(x->lengths, y->lengths, (size_t)x->rows * 4) == 0 &&
                     memcmp(x->offsets, y->offsets, (size_t)x->rows * 4) == 0;
         }
-        fflush(stderr); dup2(fd, 2); close(fd); close(devnull);
+        stderr_end(ignored, sizeof ignored);
         CHECK_MSG(same, "resume after %d batches", stop);
         CHECK(a.cursor.epoch == b.cursor.epoch && a.cursor.position == b.cursor.position);
         batch_iter_free(&a);
@@ -293,8 +281,8 @@ static void test_loss_tokens(void) {
     BatchIter it;
     CHECK(batch_iter_init(&it, &d, 4, 66, 0, 1, 0, false) == 0);
     Batch *b;
-    int fd = dup(2), devnull = open("/dev/null", O_WRONLY);
-    fflush(stderr); dup2(devnull, 2);
+    char warning[4096];
+    stderr_begin();
     long total = 0, brute_total = 0;
     while (batch_iter_next(&it, &b) == 1) {
         long brute = 0;
@@ -313,7 +301,8 @@ static void test_loss_tokens(void) {
         total += b->n_loss_tokens;
         brute_total += brute;
     }
-    fflush(stderr); dup2(fd, 2); close(fd); close(devnull);
+    stderr_end(warning, sizeof warning);
+    CHECK(strstr(warning, "The longest sentence 70 will be truncated to 66.") != NULL);
     /* By hand: len-1 targets from max(off,1); 70 truncates to 66. */
     long hand = 0 + 1 + 2 + 8 + 23 + 0 + 0 + 1 + 62 + 1 + 2 + 0;
     CHECK(total == hand && brute_total == hand);
@@ -342,6 +331,25 @@ static void test_padding_share(void) {
     free_data(&d);
 }
 
+/* Every allocation of batch_iter_init failing in turn: an error, no crash. */
+static void test_alloc_failures(void) {
+    int len[9] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    Dataset d;
+    make_data(&d, len, NULL, 9);
+    BatchIter it;
+    int failures = 0;
+    for (long k = 1; k < 50; k++) {
+        mem_fail_at(k);
+        int rc = batch_iter_init(&it, &d, 2, 64, 0, 1, 0, true);
+        mem_fail_at(0);
+        if (rc == 0) { batch_iter_free(&it); break; }
+        failures++;
+    }
+    CHECK(failures >= 5); /* sorted, keys, order, tokens, lengths, offsets */
+    CHECK(batch_padding_share(&d, 2, 64, true) > 0);
+    free_data(&d);
+}
+
 int main(void) {
     test_errors();
     test_sort_and_groups();
@@ -352,5 +360,6 @@ int main(void) {
     test_ranks();
     test_loss_tokens();
     test_padding_share();
+    test_alloc_failures();
     return check_finish("data/batching");
 }
