@@ -113,10 +113,10 @@ int jsonl_next(JsonlReader *r, const char **line, size_t *len) {
         if (r->line_no == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) { s += 3; n -= 3; }
         const char *nul = memchr(s, 0, n);
         if (nul) return error_set("%s:%ld: NUL byte at column %zu", r->path, r->line_no, (size_t)(nul - s) + 1), JSONL_BAD;
-        size_t bad = utf8_first_invalid((const unsigned char *)s, n);
+        size_t bad = jsonl_first_invalid_utf8((const unsigned char *)s, n);
         if (bad < n) return error_set("%s:%ld: invalid UTF-8 at column %zu", r->path, r->line_no, bad + 1), JSONL_BAD;
         if (is_blank(s, n)) { r->blank_lines++; continue; }
-        if (json_nesting_depth(s, n, JSONL_MAX_DEPTH) > JSONL_MAX_DEPTH)
+        if (jsonl_nesting_depth(s, n, JSONL_MAX_DEPTH) > JSONL_MAX_DEPTH)
             return error_set("%s:%ld: JSON nested deeper than %d levels", r->path, r->line_no, JSONL_MAX_DEPTH),
                    JSONL_BAD;
         *line = s;
@@ -125,7 +125,7 @@ int jsonl_next(JsonlReader *r, const char **line, size_t *len) {
     }
 }
 
-size_t utf8_first_invalid(const unsigned char *s, size_t len) {
+size_t jsonl_first_invalid_utf8(const unsigned char *s, size_t len) {
     size_t i = 0;
     while (i < len) {
         unsigned c = s[i];
@@ -150,7 +150,7 @@ size_t utf8_first_invalid(const unsigned char *s, size_t len) {
     return len;
 }
 
-int json_nesting_depth(const char *s, size_t len, int limit) {
+int jsonl_nesting_depth(const char *s, size_t len, int limit) {
     int depth = 0, deepest = 0;
     bool in_string = false;
     for (size_t i = 0; i < len; i++) {

@@ -38,7 +38,7 @@ void jsonl_close(JsonlReader *r);
 
 /* Checks for strict UTF-8 (no overlong forms, surrogates or > U+10FFFF):
  * returns the byte offset of the first bad sequence, or len if none. */
-size_t utf8_first_invalid(const unsigned char *s, size_t len);
+size_t jsonl_first_invalid_utf8(const unsigned char *s, size_t len);
 /* Deepest [ / { nesting outside JSON strings, stopping once past `limit`. */
-int json_nesting_depth(const char *s, size_t len, int limit);
+int jsonl_nesting_depth(const char *s, size_t len, int limit);
 #endif
