@@ -8,6 +8,7 @@
 #include "model/model_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <math.h>
@@ -170,6 +171,7 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
     if (!m->blocks) goto fail;
     /* every tensor checked before a byte of the arena is used */
+    if (model_check_tensors(&m->cfg, &m->st) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;
