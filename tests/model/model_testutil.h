@@ -27,7 +27,7 @@ typedef struct {
     bool trajectory;
 } RefCase;
 
-static unsigned keys_mask(json_t *keys) {
+static inline unsigned keys_mask(json_t *keys) {
     unsigned mask = 0;
     size_t i; json_t *k;
     json_array_foreach(keys, i, k) {
@@ -37,7 +37,7 @@ static unsigned keys_mask(json_t *keys) {
     return mask;
 }
 
-static int refcase_read(RefCase *rc, const char *dir, const char *name) {
+static inline int refcase_read(RefCase *rc, const char *dir, const char *name) {
     memset(rc, 0, sizeof *rc);
     snprintf(rc->dir, sizeof rc->dir, "%.590s", dir);
     snprintf(rc->name, sizeof rc->name, "%.255s", name);
@@ -73,7 +73,7 @@ static int refcase_read(RefCase *rc, const char *dir, const char *name) {
 }
 
 /* Case directories under tests/ref/data, sorted; *n of them. */
-static int refcase_list(char names[][256], int max) {
+static inline int refcase_list(char names[][256], int max) {
     DIR *dp = opendir("tests/ref/data");
     if (!dp) return 0;
     int n = 0;
@@ -91,7 +91,7 @@ static int refcase_list(char names[][256], int max) {
 }
 
 /* Plans the spec, makes an arena of exactly the plan's bytes, loads. */
-static int load_planned(Model **m, Arena *arena, size_t *planned, const char *dir,
+static inline int load_planned(Model **m, Arena *arena, size_t *planned, const char *dir,
                         const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype) {
     MemPlan plan = {0};
     Carver cv = {NULL, &plan};
@@ -103,7 +103,7 @@ static int load_planned(Model **m, Arena *arena, size_t *planned, const char *di
     return 0;
 }
 
-static const float *st_f32(const StFile *f, const char *name, size_t n) {
+static inline const float *st_f32(const StFile *f, const char *name, size_t n) {
     const StTensor *t = st_find(f, name);
     if (!t || t->dtype != DTYPE_F32 || t->nelem != n) return NULL;
     return (const float *)t->data;
