@@ -116,7 +116,7 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
 }
 
 void dora_update_norms(Model *m) {
-    if (m->spec.type != TUNE_DORA) return;
+    if (m->spec.type != TUNE_DORA || m->dora_frozen) return;
     const Dims *d = &m->d;
     int r = d->r;
     float s = m->spec.lora_scale;
@@ -149,3 +149,5 @@ void dora_update_norms(Model *m) {
     }
     m->dora_fresh = true;
 }
+
+void model_freeze_dora_norms(Model *m, bool frozen) { m->dora_frozen = frozen; }

@@ -112,4 +112,8 @@ int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, 
  * "qwen3-0.6b", "llama-3.2-1b", "tiny". The caller may then override
  * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
+/* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
+ * of the loss only match the gradients with the norms held fixed. While
+ * frozen, the norms of the last step are reused instead of recomputed. */
+void model_freeze_dora_norms(Model *m, bool frozen);
 #endif

@@ -122,7 +122,8 @@ struct Model {
     int dec_len;              /* positions filled */
 
     uint64_t dropout_seed;
-    bool dora_fresh;          /* dnorm matches the current adapter */
+    bool dora_fresh;
+    bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */          /* dnorm matches the current adapter */
 };
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
