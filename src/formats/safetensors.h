@@ -41,6 +41,11 @@ int st_open_header(StFile *f, const char *path);
 void st_close(StFile *f);
 const StTensor *st_find(const StFile *f, const char *name);
 const char *st_meta(const StFile *f, const char *key);
+/* Number of NaN/Inf elements of a float tensor (F32, F64, BF16, F16); 0 for
+ * other dtypes and header-only files. The format allows them; callers flag. */
+size_t st_tensor_count_nonfinite(const StTensor *t);
+/* "[64, 32]" into buf, for messages. */
+const char *st_format_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
 
 /* A model directory's weights: model.safetensors, or the shards of
  * model.safetensors.index.json (a shard that is missing, or a tensor listed
@@ -51,6 +56,8 @@ typedef struct {
     char *dir;
 } StModel;
 int st_model_open(StModel *m, const char *dir, bool header_only);
+/* Same, and tells which file holds the tensor (NULL when absent). */
+const StTensor *st_model_find_in(const StModel *m, const char *name, const StFile **file);
 void st_model_close(StModel *m);
 /* NULL when absent (no error set). */
 const StTensor *st_model_find(const StModel *m, const char *name);

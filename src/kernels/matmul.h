@@ -39,4 +39,26 @@ void linear_backward(float *dinp,         /* (N, C) += dout @ weight, or NULL */
                      const void *weight,  /* (OC, C) */
                      DType wtype,
                      int N, int C, int OC);
+/* --- additions beyond the first interface --- */
+
+/* Largest oneDNN scratchpad (bytes) among the primitives created so far.
+ * oneDNN manages that scratchpad itself (one buffer, grown to the largest
+ * need), so the memory plan counts it as extra bytes outside the arena.
+ * Known only after the shapes of a step have been run once. */
+size_t matmul_library_scratch_bytes(void);
+/* Number of oneDNN primitives created so far (flat once warm). */
+long matmul_primitives_created(void);
+/* Destroys every cached primitive and the engine (end of program, tests). */
+void matmul_release_all(void);
+
+/* Rounds n floats to bf16 (nearest even); OpenMP-parallel for large n. */
+void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* linear_forward for a BF16 weight whose input is already bf16 (N, C):
+ * uses no matmul scratch. */
+void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weight_bf16,
+                               const float *bias, int N, int C, int OC);
+/* dinp (N, C) = dout (N, OC, already bf16, rows ld_dout >= OC elements
+ * apart) @ weight (OC, C, BF16) + beta * dinp; uses no matmul scratch. */
+void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld_dout, const void *weight_bf16,
+                                    float beta, int N, int C, int OC);
 #endif

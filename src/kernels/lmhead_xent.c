@@ -1,0 +1,125 @@
+/* lmhead_xent.c: the LM head fused with cross-entropy, in chunks of rows so
+ * the (N, V) logits never exist. Rows with row_weight 0 (prompt, padding)
+ * are skipped before any product; the rows that count are gathered into a
+ * (chunk, C) block, their logits computed, the loss and dlogits formed in
+ * place, and dinp for those rows computed and scattered back.
+ *
+ * Scratch (lmhead_scratch_floats floats, all of it used by this file, none
+ * through matmul_set_scratch):
+ *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for a BF16 weight)
+ *   logits (chunk, V)  logits, then dlogits (for a BF16 weight, each row's
+ *                      dlogits are rounded to bf16 in place, in the first half
+ *                      of the row, and read with a row stride of 2V bf16)
+ *   drows  (chunk, C)  dinp of the gathered rows before the scatter */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/vec.h"
+#include "base/error.h"
+
+size_t lmhead_scratch_floats(int chunk, int C, int V) {
+    return (size_t)chunk * (2 * (size_t)C + (size_t)V);
+}
+
+/* In place on one row: the first n bf16 of the row's memory become the
+ * rounded floats. Writes trail reads (2 bytes per 4 read), and each block is
+ * read completely before any of it is written. */
+static void row_to_bf16_in_place(float *row, int n) {
+    uint16_t *dst = (uint16_t *)(void *)row;
+    float tmp[16];
+    uint16_t out[16];
+    for (int j = 0; j < n; j += 16) {
+        int w = n - j < 16 ? n - j : 16;
+        memcpy(tmp, row + j, (size_t)w * sizeof(float));
+        for (int t = 0; t < w; t++) out[t] = f32_to_bf16(tmp[t]);
+        memcpy(dst + j, out, (size_t)w * sizeof(uint16_t));
+    }
+}
+
+/* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax - onehot). */
+static double row_xent(float *z, int V, int target, float scale, int want_grad) {
+    v16 mv = splat16(-INFINITY);
+    int j = 0;
+    float mx = -INFINITY;
+    for (; j + 16 <= V; j += 16) { v16 x = load16(z + j); v16i gt = x > mv; mv = (v16)(((v16i)x & gt) | ((v16i)mv & ~gt)); }
+    for (int t = 0; t < 16; t++) mx = mv[t] > mx ? mv[t] : mx;
+    for (; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+    v16 sv = splat16(0.0f), m16 = splat16(mx);
+    for (j = 0; j + 16 <= V; j += 16) sv += exp16(load16(z + j) - m16);
+    double sum = 0.0;
+    for (int t = 0; t < 16; t++) sum += sv[t];
+    for (; j < V; j++) sum += expf(z[j] - mx);
+    double lse = (double)mx + log(sum);
+    double loss = lse - (double)z[target];
+    if (want_grad) {
+        v16 l16 = splat16((float)lse), s16 = splat16(scale);
+        for (j = 0; j + 16 <= V; j += 16) store16(z + j, exp16(load16(z + j) - l16) * s16);
+        for (; j < V; j++) z[j] = expf(z[j] - (float)lse) * scale;
+        z[target] -= scale;
+    }
+    return loss;
+}
+
+double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
+                   const int *targets, const float *row_weight, float *scratch,
+                   int chunk, int N, int C, int V) {
+    if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
+        die("lmhead_xent.c: weight dtype %s not supported (F32 or BF16)", dtype_name(wtype));
+    if (chunk <= 0) die("lmhead_xent.c: chunk %d must be positive", chunk);
+    float *rows = scratch, *logits = rows + (size_t)chunk * C, *drows = logits + (size_t)chunk * V;
+    int idx[chunk];
+    double total = 0.0;
+    int want_grad = dinp != NULL;
+    if (row_loss) for (int i = 0; i < N; i++) row_loss[i] = 0.0f;
+
+    int next = 0;
+    while (next < N) {
+        int n = 0;
+        for (; next < N && n < chunk; next++) {
+            if (row_weight[next] == 0.0f) continue;
+            if (targets[next] < 0 || targets[next] >= V)
+                die("lmhead_xent.c: target %d of row %d outside the vocabulary (%d)", targets[next], next, V);
+            idx[n++] = next;
+        }
+        if (n == 0) break;
+        if (wtype == DTYPE_BF16) {
+            uint16_t *rows16 = (uint16_t *)(void *)rows;
+            #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
+            for (int r = 0; r < n; r++)
+                for (int c = 0; c < C; c++) rows16[(size_t)r * C + c] = f32_to_bf16(inp[(size_t)idx[r] * C + c]);
+            linear_forward_bf16_input(logits, rows16, weight, NULL, n, C, V);
+        } else {
+            for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
+            linear_forward(logits, rows, weight, DTYPE_F32, NULL, n, C, V);
+        }
+        double chunk_loss[chunk];
+        #pragma omp parallel for schedule(static)
+        for (int r = 0; r < n; r++) {
+            float *z = logits + (size_t)r * V;
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad);
+            if (want_grad && wtype == DTYPE_BF16) row_to_bf16_in_place(z, V);
+        }
+        for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
+            total += (double)row_weight[idx[r]] * chunk_loss[r];
+            if (row_loss) row_loss[idx[r]] = (float)chunk_loss[r];
+        }
+        if (!want_grad) continue;
+        if (wtype == DTYPE_BF16)
+            linear_backward_dinp_bf16_dout(drows, (const uint16_t *)(const void *)logits, 2 * (size_t)V, weight, 0.0f, n, C, V);
+        else
+            gemm_f32(drows, logits, weight, n, C, V, false, false, 1.0f, 0.0f);
+        #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
+        for (int r = 0; r < n; r++) {
+            float *dst = dinp + (size_t)idx[r] * C;
+            const float *src = drows + (size_t)r * C;
+            for (int c = 0; c < C; c++) dst[c] += src[c];
+        }
+    }
+    return total;
+}
+
+void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V) {
+    linear_forward(out, inp, weight, wtype, NULL, N, C, V);
+}

@@ -1,0 +1,38 @@
+/* vec.h: 16-float vectors (GCC vector extensions; one AVX-512 register, two
+ * AVX2 ones) and a vectorised exp, shared by the kernels that need
+ * register blocking or many exponentials (attention, LM head). Internal to
+ * src/kernels. */
+#ifndef LT_KERNELS_VEC_H
+#define LT_KERNELS_VEC_H
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4))); /* unaligned access */
+typedef int v16i __attribute__((vector_size(64)));
+
+static inline v16 load16(const float *p) { return *(const v16u *)p; }
+static inline void store16(float *p, v16 v) { *(v16u *)p = v; }
+static inline v16 splat16(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+
+/* e^x for 16 lanes: Cody-Waite reduction x = n ln2 + r, Cephes polynomial
+ * for e^r, 2^n through the exponent bits. Inputs below -87 give ~0 (the
+ * callers zero masked entries themselves). */
+static inline v16 exp16(v16 x) {
+    const v16 hi = splat16(88.3762626647949f), lo = splat16(-87.3365447504f);
+    v16i too_hi = x > hi, too_lo = x < lo;
+    x = (v16)(((v16i)x & ~too_hi) | ((v16i)hi & too_hi));
+    x = (v16)(((v16i)x & ~too_lo) | ((v16i)lo & too_lo));
+    v16 t = x * splat16(1.44269504088896341f) + splat16(12582912.0f); /* round to nearest via 1.5*2^23 */
+    v16 n = t - splat16(12582912.0f);
+    v16 r = x - n * splat16(0.693359375f) + n * splat16(2.12194440e-4f);
+    v16 p = splat16(1.9875691500e-4f);
+    p = p * r + splat16(1.3981999507e-3f);
+    p = p * r + splat16(8.3334519073e-3f);
+    p = p * r + splat16(4.1665795894e-2f);
+    p = p * r + splat16(1.6666665459e-1f);
+    p = p * r + splat16(5.0000001201e-1f);
+    p = p * r * r + r + splat16(1.0f);
+    v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+    return p * (v16)e;
+}
+
+#endif

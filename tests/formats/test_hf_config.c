@@ -1,0 +1,297 @@
+/* test_hf_config.c: config.json for each supported family (with the derived
+ * defaults transformers uses), every missing / wrongly typed / zero or
+ * negative required field, unsupported model types and rope scalings, and
+ * the writer's round trip. */
+#include "check.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include "formats/hf_config.h"
+#include <jansson.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *LLAMA =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":172,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":256,"
+    "\"rms_norm_eps\":1e-05,\"hidden_act\":\"silu\"}";
+
+/* Parses `base` with `key` set to the JSON `value` (or removed when NULL). */
+static int parse_with(ModelConfig *c, const char *base, const char *key, const char *value) {
+    json_t *root = json_loads(base, 0, NULL);
+    if (!root) { fprintf(stderr, "bad test JSON\n"); exit(2); }
+    if (key) {
+        if (value) json_object_set_new(root, key, json_loads(value, JSON_DECODE_ANY, NULL));
+        else json_object_del(root, key);
+    }
+    char *s = json_dumps(root, 0);
+    json_decref(root);
+    int rc = hf_config_parse(c, s, "config.json");
+    free(s);
+    return rc;
+}
+
+static void test_families(void) {
+    ModelConfig c;
+    /* llama: derived defaults */
+    CHECK(hf_config_parse(&c, LLAMA, "config.json") == 0);
+    CHECK(strcmp(c.model_type, "llama") == 0);
+    CHECK(c.hidden_size == 64 && c.intermediate_size == 172 && c.num_hidden_layers == 2 && c.vocab_size == 256);
+    CHECK(c.num_attention_heads == 4 && c.num_key_value_heads == 2 && c.head_dim == 16);
+    CHECK(c.rms_norm_eps == 1e-5f && c.rope_theta == 10000.0 && c.max_position_embeddings == 2048);
+    CHECK(!c.tie_word_embeddings && !c.attention_bias && !c.qk_norm);
+    CHECK(c.rope_scaling.type == ROPE_SCALING_NONE);
+    CHECK(c.bos_token_id == -1 && c.n_eos == 0 && c.torch_dtype == DTYPE_F32);
+    /* num_key_value_heads absent (or null) -> H */
+    CHECK(parse_with(&c, LLAMA, "num_key_value_heads", NULL) == 0 && c.num_key_value_heads == 4);
+    CHECK(parse_with(&c, LLAMA, "num_key_value_heads", "null") == 0 && c.num_key_value_heads == 4);
+    /* llama 3.2 style: rope_scaling llama3, eos list, explicit head_dim, bias key */
+    const char *l3 =
+        "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,"
+        "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":48,\"vocab_size\":128256,\"rms_norm_eps\":1e-05,"
+        "\"rope_theta\":500000.0,\"max_position_embeddings\":131072,\"tie_word_embeddings\":true,\"attention_bias\":true,"
+        "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+        "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
+        "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":\"bfloat16\"}";
+    CHECK(hf_config_parse(&c, l3, "config.json") == 0);
+    CHECK(c.head_dim == 48 && c.rope_theta == 500000.0 && c.max_position_embeddings == 131072);
+    CHECK(c.tie_word_embeddings && c.attention_bias && !c.qk_norm);
+    CHECK(c.rope_scaling.type == ROPE_SCALING_LLAMA3 && c.rope_scaling.factor == 32.0 && c.rope_scaling.low_freq_factor == 1.0 &&
+          c.rope_scaling.high_freq_factor == 4.0 && c.rope_scaling.original_max_position == 8192);
+    CHECK(c.bos_token_id == 128000 && c.n_eos == 3 && c.eos_token_ids[0] == 128001 && c.eos_token_ids[2] == 128009);
+    CHECK(c.torch_dtype == DTYPE_BF16);
+    /* mistral: head_dim null, sliding_window ignored */
+    const char *mistral =
+        "{\"model_type\":\"mistral\",\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":1,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":1,\"head_dim\":null,\"vocab_size\":100,\"rms_norm_eps\":1e-06,"
+        "\"rope_theta\":1000000.0,\"sliding_window\":null,\"bos_token_id\":1,\"eos_token_id\":2,\"torch_dtype\":\"float16\"}";
+    CHECK(hf_config_parse(&c, mistral, "config.json") == 0);
+    CHECK(strcmp(c.model_type, "mistral") == 0 && c.head_dim == 8 && c.num_key_value_heads == 1);
+    CHECK(c.rms_norm_eps == 1e-6f && c.rope_theta == 1e6 && !c.attention_bias);
+    CHECK(c.bos_token_id == 1 && c.n_eos == 1 && c.eos_token_ids[0] == 2 && c.torch_dtype == DTYPE_F16);
+    /* qwen2: biases always (even when the key says false), tie read from the key */
+    const char *qwen2 =
+        "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":8,\"num_key_value_heads\":2,\"vocab_size\":300,\"rms_norm_eps\":1e-06,"
+        "\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"use_sliding_window\":false,\"eos_token_id\":151643}";
+    CHECK(parse_with(&c, qwen2, "vocab_size", "151936") == 0);
+    CHECK(c.attention_bias && c.tie_word_embeddings && !c.qk_norm && c.head_dim == 8 && c.eos_token_ids[0] == 151643);
+    CHECK(parse_with(&c, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
+                         "\"num_attention_heads\":8,\"vocab_size\":300,\"rms_norm_eps\":1e-06}", "attention_bias", "false") == 0);
+    CHECK(c.attention_bias && !c.tie_word_embeddings);
+    /* qwen3: explicit head_dim != C/H, qk_norm, no bias by default */
+    const char *qwen3 =
+        "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":300,\"rms_norm_eps\":1e-06,"
+        "\"rope_theta\":1000000,\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\"}";
+    CHECK(hf_config_parse(&c, qwen3, "config.json") == 0);
+    CHECK(c.qk_norm && !c.attention_bias && c.head_dim == 32 && c.rope_theta == 1e6 && c.tie_word_embeddings);
+    CHECK(parse_with(&c, qwen3, "attention_bias", "true") == 0 && c.attention_bias);
+    CHECK(parse_with(&c, qwen3, "head_dim", NULL) == -1);
+    CHECK_ERROR_CONTAINS("config.json: missing field \"head_dim\"");
+    /* newer transformers write "dtype" */
+    CHECK(parse_with(&c, LLAMA, "dtype", "\"bfloat16\"") == 0 && c.torch_dtype == DTYPE_BF16);
+    /* rope_scaling variants */
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"type\":\"linear\",\"factor\":2.0}") == 0);
+    CHECK(c.rope_scaling.type == ROPE_SCALING_LINEAR && c.rope_scaling.factor == 2.0);
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"default\"}") == 0 && c.rope_scaling.type == ROPE_SCALING_NONE);
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "null") == 0 && c.rope_scaling.type == ROPE_SCALING_NONE);
+}
+
+static void test_errors(void) {
+    ModelConfig c;
+    /* model_type */
+    CHECK(parse_with(&c, LLAMA, "model_type", "\"gpt2\"") == -1);
+    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3)");
+    CHECK(parse_with(&c, LLAMA, "model_type", "\"Llama\"") == -1);
+    CHECK_ERROR_CONTAINS("model_type \"Llama\" is not supported");
+    CHECK(parse_with(&c, LLAMA, "model_type", NULL) == -1);
+    CHECK_ERROR_CONTAINS("config.json: missing field \"model_type\"");
+    CHECK(parse_with(&c, LLAMA, "model_type", "3") == -1);
+    CHECK_ERROR_CONTAINS("config.json: field \"model_type\" must be a string");
+    /* every required integer: missing, wrong type (string, float, bool), zero, negative */
+    const char *ints[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"};
+    char want[160];
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        CHECK(parse_with(&c, LLAMA, ints[i], NULL) == -1);
+        snprintf(want, sizeof want, "config.json: missing field \"%s\"", ints[i]);
+        CHECK_ERROR_CONTAINS(want);
+        const char *bad_types[] = {"\"64\"", "64.0", "true", "[64]"};
+        for (int k = 0; k < 4; k++) {
+            CHECK(parse_with(&c, LLAMA, ints[i], bad_types[k]) == -1);
+            snprintf(want, sizeof want, "config.json: field \"%s\" must be an integer", ints[i]);
+            CHECK_ERROR_CONTAINS(want);
+        }
+        CHECK(parse_with(&c, LLAMA, ints[i], "0") == -1);
+        snprintf(want, sizeof want, "config.json: field \"%s\" is 0 but must be positive", ints[i]);
+        CHECK_ERROR_CONTAINS(want);
+        CHECK(parse_with(&c, LLAMA, ints[i], "-4") == -1);
+        snprintf(want, sizeof want, "config.json: field \"%s\" is -4 but must be positive", ints[i]);
+        CHECK_ERROR_CONTAINS(want);
+    }
+    /* optional integers: wrong type, zero */
+    const char *opt[] = {"num_key_value_heads", "head_dim", "max_position_embeddings"};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(parse_with(&c, LLAMA, opt[i], "\"8\"") == -1);
+        snprintf(want, sizeof want, "field \"%s\" must be an integer", opt[i]);
+        CHECK_ERROR_CONTAINS(want);
+        CHECK(parse_with(&c, LLAMA, opt[i], "0") == -1);
+        snprintf(want, sizeof want, "field \"%s\" is 0 but must be positive", opt[i]);
+        CHECK_ERROR_CONTAINS(want);
+    }
+    /* rms_norm_eps: missing, string, zero, negative */
+    CHECK(parse_with(&c, LLAMA, "rms_norm_eps", NULL) == -1);
+    CHECK_ERROR_CONTAINS("config.json: missing field \"rms_norm_eps\"");
+    CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "\"1e-5\"") == -1);
+    CHECK_ERROR_CONTAINS("config.json: field \"rms_norm_eps\" must be a number");
+    CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "0") == -1);
+    CHECK_ERROR_CONTAINS("field \"rms_norm_eps\" is 0 but must be in (0, 1)");
+    CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "-1e-6") == -1);
+    CHECK_ERROR_CONTAINS("must be in (0, 1)");
+    CHECK(parse_with(&c, LLAMA, "rope_theta", "0") == -1);
+    CHECK_ERROR_CONTAINS("field \"rope_theta\" is 0 but must be positive");
+    CHECK(parse_with(&c, LLAMA, "rope_theta", "\"1e4\"") == -1);
+    CHECK_ERROR_CONTAINS("field \"rope_theta\" must be a number");
+    /* booleans */
+    CHECK(parse_with(&c, LLAMA, "tie_word_embeddings", "1") == -1);
+    CHECK_ERROR_CONTAINS("field \"tie_word_embeddings\" must be true or false");
+    CHECK(parse_with(&c, LLAMA, "attention_bias", "\"yes\"") == -1);
+    CHECK_ERROR_CONTAINS("field \"attention_bias\" must be true or false");
+    /* head arithmetic */
+    CHECK(parse_with(&c, LLAMA, "num_key_value_heads", "3") == -1);
+    CHECK_ERROR_CONTAINS("num_attention_heads 4 is not a multiple of num_key_value_heads 3");
+    CHECK(parse_with(&c, LLAMA, "num_key_value_heads", "8") == -1);
+    CHECK_ERROR_CONTAINS("num_attention_heads 4 is not a multiple of num_key_value_heads 8");
+    CHECK(parse_with(&c, LLAMA, "num_attention_heads", "6") == -1);
+    CHECK_ERROR_CONTAINS("hidden_size 64 is not a multiple of num_attention_heads 6");
+    CHECK(parse_with(&c, LLAMA, "head_dim", "15") == -1);
+    CHECK_ERROR_CONTAINS("head_dim 15 must be even");
+    /* absurd sizes */
+    CHECK(parse_with(&c, LLAMA, "hidden_size", "2000000") == -1);
+    CHECK_ERROR_CONTAINS("field \"hidden_size\" is 2000000, outside the supported range");
+    CHECK(parse_with(&c, LLAMA, "vocab_size", "99999999999") == -1);
+    CHECK_ERROR_CONTAINS("field \"vocab_size\" is 99999999999, outside the supported range");
+    CHECK(parse_with(&c, LLAMA, "num_hidden_layers", "1000000") == -1);
+    CHECK_ERROR_CONTAINS("field \"num_hidden_layers\" is 1000000, outside");
+    /* rope_scaling */
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":4.0}") == -1);
+    CHECK_ERROR_CONTAINS("config.json: rope_scaling type \"yarn\" is not supported (supported: llama3, linear)");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"type\":\"dynamic\",\"factor\":4.0}") == -1);
+    CHECK_ERROR_CONTAINS("rope_scaling type \"dynamic\" is not supported");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0}") == -1);
+    CHECK_ERROR_CONTAINS("config.json: rope_scaling: missing field \"original_max_position_embeddings\"");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":4.0,\"high_freq_factor\":1.0,"
+                                                "\"original_max_position_embeddings\":8192}") == -1);
+    CHECK_ERROR_CONTAINS("need 0 < low_freq_factor < high_freq_factor");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"linear\"}") == -1);
+    CHECK_ERROR_CONTAINS("rope_scaling: missing field \"factor\"");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"linear\",\"factor\":0.5}") == -1);
+    CHECK_ERROR_CONTAINS("factor 0.5 must be a finite number >= 1");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"factor\":2}") == -1);
+    CHECK_ERROR_CONTAINS("rope_scaling: missing field \"rope_type\"");
+    CHECK(parse_with(&c, LLAMA, "rope_scaling", "\"linear\"") == -1);
+    CHECK_ERROR_CONTAINS("field \"rope_scaling\" must be an object or null");
+    /* token ids */
+    CHECK(parse_with(&c, LLAMA, "eos_token_id", "256") == -1);
+    CHECK_ERROR_CONTAINS("field \"eos_token_id\" has 256, outside the vocabulary [0, 256)");
+    CHECK(parse_with(&c, LLAMA, "eos_token_id", "[1, \"2\"]") == -1);
+    CHECK_ERROR_CONTAINS("field \"eos_token_id\" must be an integer or a list of integers");
+    CHECK(parse_with(&c, LLAMA, "eos_token_id", "[1,2,3,4,5,6,7,8,9]") == -1);
+    CHECK_ERROR_CONTAINS("lists 9 ids, more than the supported 8");
+    CHECK(parse_with(&c, LLAMA, "bos_token_id", "-1") == -1);
+    CHECK_ERROR_CONTAINS("field \"bos_token_id\" is -1, outside the vocabulary");
+    CHECK(parse_with(&c, LLAMA, "bos_token_id", "null") == 0 && c.bos_token_id == -1);
+    /* dtype, activation, mlp bias */
+    CHECK(parse_with(&c, LLAMA, "torch_dtype", "\"float64\"") == -1);
+    CHECK_ERROR_CONTAINS("field \"torch_dtype\" is \"float64\" (supported: float32, bfloat16, float16)");
+    CHECK(parse_with(&c, LLAMA, "hidden_act", "\"gelu\"") == -1);
+    CHECK_ERROR_CONTAINS("field \"hidden_act\" must be \"silu\"");
+    CHECK(parse_with(&c, LLAMA, "mlp_bias", "true") == -1);
+    CHECK_ERROR_CONTAINS("\"mlp_bias\" true is not supported");
+    /* not JSON, not an object, duplicate key */
+    CHECK(hf_config_parse(&c, "{\"model_type\": \"llama\",", "config.json") == -1);
+    CHECK_ERROR_CONTAINS("config.json: not valid JSON");
+    CHECK(hf_config_parse(&c, "[1]", "config.json") == -1);
+    CHECK_ERROR_CONTAINS("config.json: not a JSON object");
+    CHECK(hf_config_parse(&c, "{\"model_type\":\"llama\",\"model_type\":\"gpt2\"}", "config.json") == -1);
+    CHECK_ERROR_CONTAINS("duplicate object key");
+}
+
+static void test_files_and_roundtrip(void) {
+    char dir[] = "/tmp/lt_cfg_XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    char path[128];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ModelConfig c, back;
+    CHECK(hf_config_load(&c, path) == -1);
+    CHECK_ERROR_CONTAINS("config.json: cannot open");
+    FILE *fp = fopen(path, "w");
+    fputs("{\"model_type\":\"llama\"}", fp);
+    fclose(fp);
+    CHECK(hf_config_load(&c, path) == -1);
+    CHECK_ERROR_CONTAINS(path);
+    CHECK_ERROR_CONTAINS("missing field \"hidden_size\"");
+
+    const char *cases[] = {
+        LLAMA,
+        "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,"
+        "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":48,\"vocab_size\":128256,\"rms_norm_eps\":1e-05,"
+        "\"rope_theta\":500000.0,\"tie_word_embeddings\":true,\"attention_bias\":true,"
+        "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+        "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
+        "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":\"bfloat16\"}",
+        "{\"model_type\":\"mistral\",\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":1,\"num_attention_heads\":4,"
+        "\"vocab_size\":100,\"rms_norm_eps\":3.3e-06,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5},\"eos_token_id\":2,"
+        "\"torch_dtype\":\"float16\"}",
+        "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":8,"
+        "\"num_key_value_heads\":2,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}",
+        "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"rope_theta\":1234567.89}",
+    };
+    const char *archs[] = {"LlamaForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    for (int i = 0; i < 5; i++) {
+        CHECK(hf_config_parse(&c, cases[i], "case") == 0);
+        CHECK(hf_config_write(&c, path) == 0);
+        CHECK(hf_config_load(&back, path) == 0);
+        CHECK_MSG(memcmp(&c, &back, sizeof c) == 0, "case %d does not round-trip", i);
+        CHECK(back.rms_norm_eps == c.rms_norm_eps && back.rope_theta == c.rope_theta && back.head_dim == c.head_dim);
+        char *text = NULL;
+        CHECK(file_read_all(path, 0, &text, NULL) == 0);
+        json_t *j = json_loads(text, 0, NULL);
+        CHECK(j && strcmp(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)), archs[i]) == 0);
+        CHECK(j && strcmp(json_string_value(json_object_get(j, "model_type")), c.model_type) == 0);
+        json_decref(j);
+        mem_free(text);
+    }
+    /* shortest decimals in the file */
+    CHECK(hf_config_parse(&c, cases[0], "case") == 0 && hf_config_write(&c, path) == 0);
+    char *text = NULL;
+    CHECK(file_read_all(path, 0, &text, NULL) == 0);
+    CHECK(text && strstr(text, "\"rms_norm_eps\": 1e-05,") && strstr(text, "\"rope_theta\": 10000.0,"));
+    mem_free(text);
+    /* inconsistent structs are refused and nothing is written */
+    CHECK(hf_config_parse(&c, cases[3], "case") == 0);
+    c.attention_bias = false;
+    CHECK(hf_config_write(&c, path) == -1);
+    CHECK_ERROR_CONTAINS("qwen2 models always have attention biases");
+    CHECK(hf_config_parse(&c, cases[0], "case") == 0);
+    c.qk_norm = true;
+    CHECK(hf_config_write(&c, path) == -1);
+    CHECK_ERROR_CONTAINS("qk_norm is on but model_type is llama");
+    c.qk_norm = false;
+    c.num_key_value_heads = 3;
+    CHECK(hf_config_write(&c, path) == -1);
+    CHECK_ERROR_CONTAINS("refusing to write an invalid config");
+    snprintf(c.model_type, sizeof c.model_type, "gpt2");
+    CHECK(hf_config_write(&c, path) == -1);
+    CHECK_ERROR_CONTAINS("model_type \"gpt2\" is not supported");
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_families();
+    test_errors();
+    test_files_and_roundtrip();
+    return check_finish("formats/hf_config");
+}

@@ -1,0 +1,334 @@
+/* test_ops_fd.c: every backward of the kernels against central finite
+ * differences of a scalar objective L = sum(out * probe) (forward in float,
+ * L in double), and every forward against a naive reference: attention with
+ * the full (T x T) softmax, RoPE against the direct formula (llama3 scaling
+ * against inv_freq values computed with HF's formula in PyTorch), LM head +
+ * cross-entropy against plain logits, bf16 paths against bf16-rounded
+ * references. Prints one `worst` line per kernel. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "base/dtype.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static int irand(int n) { rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull; return (int)((rng_state >> 33) % (uint64_t)n); }
+static float *rand_vec(size_t n, float s) { float *p = malloc(n * sizeof *p); for (size_t i = 0; i < n; i++) p[i] = s * frand(); return p; }
+static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+static double dot(const float *a, const float *b, size_t n) { double s = 0; for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i]; return s; }
+static float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+/* The objective as a closure: recomputes L from the current parameters. */
+typedef double (*Objective)(void *ctx);
+
+/* Central differences of L on `samples` entries of param (all when samples
+ * >= n) against grad; returns max |fd - grad| / max |grad|. */
+static double fd_check(const char *name, float *param, size_t n, const float *grad, Objective f, void *ctx,
+                       double eps, size_t samples) {
+    double scale = max_abs(grad, n), worst = 0;
+    if (scale < 1e-12) scale = 1e-12;
+    size_t count = samples >= n ? n : samples;
+    for (size_t s = 0; s < count; s++) {
+        size_t i = samples >= n ? s : (size_t)irand((int)n);
+        float keep = param[i];
+        param[i] = (float)(keep + eps); double lp = f(ctx);
+        param[i] = (float)(keep - eps); double lm = f(ctx);
+        double h = (double)(float)(keep + eps) - (double)(float)(keep - eps);
+        param[i] = keep;
+        double fd = (lp - lm) / h, e = fabs(fd - grad[i]) / scale;
+        if (e > worst) worst = e;
+    }
+    CHECK_MSG(worst < 1e-2, "%s: finite differences disagree, worst rel err %.3g", name, worst);
+    return worst;
+}
+
+static double max2(double a, double b) { return a > b ? a : b; }
+
+/* ---------------- embedding ---------------- */
+typedef struct { float *out, *table, *probe; int *tokens; int N, C; } EmbCtx;
+static double emb_obj(void *p) { EmbCtx *c = p; embedding_forward(c->out, c->tokens, c->table, DTYPE_F32, c->N, c->C); return dot(c->out, c->probe, (size_t)c->N * c->C); }
+static void test_embedding(void) {
+    EmbCtx c = {.N = 9, .C = 70};
+    int V = 5, tokens[9] = {0, 3, 3, 1, 4, 3, 0, 2, 4};
+    c.tokens = tokens; c.table = rand_vec((size_t)V * c.C, 1); c.out = zeros((size_t)c.N * c.C); c.probe = rand_vec((size_t)c.N * c.C, 1);
+    float *dtable = zeros((size_t)V * c.C), *ref = zeros((size_t)V * c.C);
+    embedding_backward(dtable, c.probe, tokens, c.N, c.C);
+    for (int n = 0; n < c.N; n++) for (int j = 0; j < c.C; j++) ref[(size_t)tokens[n] * c.C + j] += c.probe[(size_t)n * c.C + j];
+    double e = rel_error(dtable, ref, (size_t)V * c.C);
+    CHECK(e < 1e-6);
+    e = max2(e, fd_check("embedding dtable", c.table, (size_t)V * c.C, dtable, emb_obj, &c, 1e-2, 200));
+    /* bf16 table */
+    uint16_t *t16 = malloc((size_t)V * c.C * 2);
+    for (size_t i = 0; i < (size_t)V * c.C; i++) t16[i] = f32_to_bf16(c.table[i]);
+    embedding_forward(c.out, tokens, t16, DTYPE_BF16, c.N, c.C);
+    double eb = 0;
+    for (int n = 0; n < c.N; n++) for (int j = 0; j < c.C; j++)
+        eb = max2(eb, fabs(c.out[(size_t)n * c.C + j] - bf16_to_f32(t16[(size_t)tokens[n] * c.C + j])));
+    CHECK(eb == 0);
+    printf("worst embedding rel err %.3g (bf16 table abs err %.3g)\n", e, eb);
+    free(c.table); free(c.out); free(c.probe); free(dtable); free(ref); free(t16);
+}
+
+/* ---------------- rmsnorm ---------------- */
+typedef struct { float *out, *rstd, *inp, *w, *probe; int N, C; float eps; } RmsCtx;
+static double rms_obj(void *p) { RmsCtx *c = p; rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->eps, c->N, c->C); return dot(c->out, c->probe, (size_t)c->N * c->C); }
+static void test_rmsnorm(void) {
+    RmsCtx c = {.N = 6, .C = 37, .eps = 1e-5f};
+    size_t n = (size_t)c.N * c.C;
+    c.inp = rand_vec(n, 1); c.w = rand_vec(c.C, 1); c.probe = rand_vec(n, 1); c.out = zeros(n); c.rstd = zeros(c.N);
+    rms_obj(&c);
+    double ef = 0;
+    for (int r = 0; r < c.N; r++) {
+        double ss = 0; for (int j = 0; j < c.C; j++) ss += (double)c.inp[r * c.C + j] * c.inp[r * c.C + j];
+        double rs = 1.0 / sqrt(ss / c.C + c.eps);
+        for (int j = 0; j < c.C; j++) ef = max2(ef, fabs(c.out[r * c.C + j] - c.inp[r * c.C + j] * rs * c.w[j]));
+    }
+    CHECK(ef < 1e-5);
+    float *dinp = zeros(n), *dw = zeros(c.C);
+    rmsnorm_backward(dinp, dw, c.probe, c.inp, c.w, c.rstd, c.N, c.C);
+    double e = fd_check("rmsnorm dinp", c.inp, n, dinp, rms_obj, &c, 1e-3, n);
+    e = max2(e, fd_check("rmsnorm dweight", c.w, c.C, dw, rms_obj, &c, 1e-3, c.C));
+    /* dweight NULL (frozen) leaves dinp the same */
+    float *dinp2 = zeros(n);
+    rmsnorm_backward(dinp2, NULL, c.probe, c.inp, c.w, c.rstd, c.N, c.C);
+    CHECK(max_abs_diff(dinp, dinp2, n) == 0);
+    printf("worst rmsnorm rel err %.3g (forward abs err %.3g)\n", e, ef);
+    free(c.inp); free(c.w); free(c.probe); free(c.out); free(c.rstd); free(dinp); free(dw); free(dinp2);
+}
+
+/* ---------------- rope ---------------- */
+typedef struct { float *x, *work, *cos_t, *sin_t, *probe; int B, T, H, D; } RopeCtx;
+static double rope_obj(void *p) {
+    RopeCtx *c = p; size_t n = (size_t)c->B * c->T * c->H * c->D;
+    memcpy(c->work, c->x, n * sizeof(float));
+    rope_forward(c->work, c->cos_t, c->sin_t, c->B, c->T, c->H, c->D);
+    return dot(c->work, c->probe, n);
+}
+static void test_rope(void) {
+    /* llama3 inv_freq against HF's formula evaluated in PyTorch (float32):
+     * theta 500000, D 64, factor 8, low 1, high 4, original 8192. */
+    const int idx[] = {0, 5, 10, 16, 18, 20, 24, 31};
+    const double hf[] = {1.0, 0.12868738174438477, 0.016560440883040428, 0.0005248460220173001,
+                         7.784655463183299e-05, 3.428102354519069e-05, 6.647869668086059e-06, 3.76732259610435e-07};
+    RopeScaling l3 = {.type = ROPE_SCALING_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position = 8192};
+    float cos_t[2 * 32], sin_t[2 * 32];
+    rope_tables(cos_t, sin_t, 2, 64, 500000.0, &l3);
+    double et = 0;
+    for (int k = 0; k < 8; k++) { /* position 1: angle = inv_freq */
+        double ang = atan2(sin_t[32 + idx[k]], cos_t[32 + idx[k]]);
+        et = max2(et, fabs(ang - hf[k]) / hf[k]);
+    }
+    CHECK_MSG(et < 1e-5, "llama3 inv_freq rel err %.3g", et);
+
+    RopeCtx c = {.B = 2, .T = 5, .H = 3, .D = 8};
+    size_t n = (size_t)c.B * c.T * c.H * c.D;
+    int half = c.D / 2;
+    c.cos_t = zeros((size_t)c.T * half); c.sin_t = zeros((size_t)c.T * half);
+    RopeScaling lin = {.type = ROPE_SCALING_LINEAR, .factor = 2};
+    for (int mode = 0; mode < 2; mode++) {
+        double theta = 10000.0;
+        rope_tables(c.cos_t, c.sin_t, c.T, c.D, theta, mode ? &lin : NULL);
+        for (int t = 0; t < c.T; t++) for (int i = 0; i < half; i++) {
+            double ang = (mode ? t / 2.0 : t) / pow(theta, 2.0 * i / c.D);
+            et = max2(et, fabs(c.cos_t[t * half + i] - cos(ang)) + fabs(c.sin_t[t * half + i] - sin(ang)));
+        }
+    }
+    CHECK(et < 1e-5);
+    c.x = rand_vec(n, 1); c.work = zeros(n); c.probe = rand_vec(n, 1);
+    rope_obj(&c);
+    double ef = 0; /* direct formula, rotate_half */
+    for (int b = 0; b < c.B; b++) for (int t = 0; t < c.T; t++) for (int h = 0; h < c.H; h++) for (int i = 0; i < c.D; i++) {
+        size_t base = (((size_t)b * c.T + t) * c.H + h) * c.D;
+        int j = i % half;
+        double co = c.cos_t[t * half + j], si = c.sin_t[t * half + j];
+        double rot = i < half ? -c.x[base + i + half] : c.x[base + i - half];
+        ef = max2(ef, fabs(c.work[base + i] - (c.x[base + i] * co + rot * si)));
+    }
+    CHECK(ef < 1e-6);
+    float *dx = malloc(n * sizeof(float));
+    memcpy(dx, c.probe, n * sizeof(float));
+    rope_backward(dx, c.cos_t, c.sin_t, c.B, c.T, c.H, c.D);
+    double e = fd_check("rope dx", c.x, n, dx, rope_obj, &c, 1e-2, n);
+    printf("worst rope rel err %.3g (tables %.3g, forward %.3g)\n", e, et, ef);
+    free(c.cos_t); free(c.sin_t); free(c.x); free(c.work); free(c.probe); free(dx);
+}
+
+/* ---------------- attention ---------------- */
+static void naive_attention(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KVH, int D) {
+    double *s = malloc((size_t)T * sizeof(double));
+    double scale = 1.0 / sqrt((double)D);
+    for (int b = 0; b < B; b++) for (int h = 0; h < H; h++) for (int i = 0; i < T; i++) {
+        int g = h / (H / KVH);
+        const float *qi = q + (((size_t)b * T + i) * H + h) * D;
+        double mx = -INFINITY;
+        for (int j = 0; j <= i; j++) {
+            const float *kj = k + (((size_t)b * T + j) * KVH + g) * D;
+            double d = 0; for (int x = 0; x < D; x++) d += (double)qi[x] * kj[x];
+            s[j] = d * scale; if (s[j] > mx) mx = s[j];
+        }
+        double sum = 0; for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+        for (int x = 0; x < D; x++) {
+            double o = 0;
+            for (int j = 0; j <= i; j++) o += exp(s[j] - mx) / sum * v[(((size_t)b * T + j) * KVH + g) * D + x];
+            out[(((size_t)b * T + i) * H + h) * D + x] = (float)o;
+        }
+        lse[((size_t)b * H + h) * T + i] = (float)(mx + log(sum));
+    }
+    free(s);
+}
+
+typedef struct { float *out, *lse, *q, *k, *v, *probe; int B, T, H, KVH, D; } AttCtx;
+static double att_obj(void *p) {
+    AttCtx *c = p;
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D);
+    return dot(c->out, c->probe, (size_t)c->B * c->T * c->H * c->D);
+}
+static void test_attention(void) {
+    AttCtx c = {.B = 2, .T = 131, .H = 4, .KVH = 2, .D = 20};
+    size_t nq = (size_t)c.B * c.T * c.H * c.D, nk = (size_t)c.B * c.T * c.KVH * c.D, nl = (size_t)c.B * c.H * c.T;
+    c.q = rand_vec(nq, 1.5f); c.k = rand_vec(nk, 1.5f); c.v = rand_vec(nk, 1); c.probe = rand_vec(nq, 1);
+    c.out = zeros(nq); c.lse = zeros(nl);
+    float *rout = zeros(nq), *rlse = zeros(nl);
+    att_obj(&c);
+    naive_attention(rout, rlse, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D);
+    double ef = rel_error(c.out, rout, nq), el = rel_error(c.lse, rlse, nl);
+    CHECK_MSG(ef < 1e-5 && el < 1e-5, "attention forward rel err out %.3g lse %.3g", ef, el);
+    float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
+    float *ws = zeros(attention_workspace_floats(c.B, c.T, c.H, c.KVH, c.D));
+    attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D);
+    double e = fd_check("attention dq", c.q, nq, dq, att_obj, &c, 1e-2, 300);
+    e = max2(e, fd_check("attention dk", c.k, nk, dk, att_obj, &c, 1e-2, 300));
+    e = max2(e, fd_check("attention dv", c.v, nk, dv, att_obj, &c, 1e-2, 300));
+    /* accumulation: a second backward doubles the gradients */
+    float *dq2 = malloc(nq * sizeof(float)); memcpy(dq2, dq, nq * sizeof(float));
+    for (size_t i = 0; i < nq; i++) dq2[i] *= 2;
+    att_obj(&c); /* out and lse of the unperturbed inputs again */
+    attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D);
+    CHECK_MSG(rel_error(dq, dq2, nq) < 1e-6, "attention accumulation rel err %.3g", rel_error(dq, dq2, nq));
+    printf("worst attention rel err %.3g (forward out %.3g, lse %.3g)\n", e, ef, el);
+    free(c.q); free(c.k); free(c.v); free(c.probe); free(c.out); free(c.lse); free(rout); free(rlse);
+    free(dq); free(dk); free(dv); free(ws); free(dq2);
+}
+
+/* ---------------- swiglu ---------------- */
+typedef struct { float *out, *g, *u, *probe; size_t n; } SwiCtx;
+static double swi_obj(void *p) { SwiCtx *c = p; swiglu_forward(c->out, c->g, c->u, c->n); return dot(c->out, c->probe, c->n); }
+static void test_swiglu(void) {
+    SwiCtx c = {.n = 203};
+    c.g = rand_vec(c.n, 4); c.u = rand_vec(c.n, 2); c.probe = rand_vec(c.n, 1); c.out = zeros(c.n);
+    swi_obj(&c);
+    double ef = 0;
+    for (size_t i = 0; i < c.n; i++) ef = max2(ef, fabs(c.out[i] - c.g[i] / (1 + exp(-(double)c.g[i])) * c.u[i]));
+    CHECK(ef < 1e-5);
+    float *dg = zeros(c.n), *du = zeros(c.n);
+    swiglu_backward(dg, du, c.probe, c.g, c.u, c.n);
+    double e = fd_check("swiglu dgate", c.g, c.n, dg, swi_obj, &c, 1e-3, c.n);
+    e = max2(e, fd_check("swiglu dup", c.u, c.n, du, swi_obj, &c, 1e-3, c.n));
+    printf("worst swiglu rel err %.3g (forward abs err %.3g)\n", e, ef);
+    free(c.g); free(c.u); free(c.probe); free(c.out); free(dg); free(du);
+}
+
+/* ---------------- lm head + cross-entropy ---------------- */
+typedef struct { float *inp, *w, *rw, *scratch; int *targets; int chunk, N, C, V; } XentCtx;
+static double xent_obj(void *p) {
+    XentCtx *c = p;
+    return lmhead_xent(NULL, NULL, c->inp, c->w, DTYPE_F32, c->targets, c->rw, c->scratch, c->chunk, c->N, c->C, c->V);
+}
+/* Loss and gradient in double from (possibly bf16-rounded) inputs; dlogits
+ * rounded to bf16 when round_dlogits (as the bf16 path does). */
+static double naive_xent(float *dinp, float *row_loss, const float *inp, const float *w, const int *targets, const float *rw,
+                         int N, int C, int V, int round_dlogits) {
+    double total = 0, *z = malloc((size_t)V * sizeof(double));
+    for (int i = 0; i < N; i++) {
+        row_loss[i] = 0;
+        if (rw[i] == 0) continue;
+        double mx = -INFINITY;
+        for (int j = 0; j < V; j++) { double s = 0; for (int x = 0; x < C; x++) s += (double)inp[i * C + x] * w[(size_t)j * C + x]; z[j] = s; if (s > mx) mx = s; }
+        double sum = 0; for (int j = 0; j < V; j++) sum += exp(z[j] - mx);
+        double lse = mx + log(sum);
+        row_loss[i] = (float)(lse - z[targets[i]]);
+        total += rw[i] * (lse - z[targets[i]]);
+        for (int j = 0; j < V; j++) {
+            double d = rw[i] * (exp(z[j] - lse) - (j == targets[i]));
+            if (round_dlogits) d = round_bf16((float)d);
+            for (int x = 0; x < C; x++) dinp[i * C + x] += (float)(d * w[(size_t)j * C + x]);
+        }
+    }
+    free(z);
+    return total;
+}
+static void test_lmhead(void) {
+    XentCtx c = {.chunk = 3, .N = 10, .C = 24, .V = 53};
+    float rw[10] = {1, 0, 0.5f, 1, 1, 0, 2, 1, 0, 1};
+    int targets[10];
+    for (int i = 0; i < c.N; i++) targets[i] = irand(c.V);
+    c.rw = rw; c.targets = targets;
+    c.inp = rand_vec((size_t)c.N * c.C, 1); c.w = rand_vec((size_t)c.V * c.C, 0.5f);
+    c.scratch = zeros(lmhead_scratch_floats(c.chunk, c.C, c.V));
+    float *dinp = zeros((size_t)c.N * c.C), *ref = zeros((size_t)c.N * c.C), *rl = zeros(c.N), *rl_ref = zeros(c.N);
+    double loss = lmhead_xent(dinp, rl, c.inp, c.w, DTYPE_F32, targets, rw, c.scratch, c.chunk, c.N, c.C, c.V);
+    double loss_ref = naive_xent(ref, rl_ref, c.inp, c.w, targets, rw, c.N, c.C, c.V, 0);
+    double el = fabs(loss - loss_ref) / fabs(loss_ref);
+    CHECK_MSG(el < 1e-5, "lmhead loss %.9g vs %.9g", loss, loss_ref);
+    CHECK(rel_error(rl, rl_ref, c.N) < 1e-5);
+    double eg = rel_error(dinp, ref, (size_t)c.N * c.C);
+    CHECK_MSG(eg < 1e-5, "lmhead dinp vs naive rel err %.3g", eg);
+    for (int x = 0; x < c.C; x++) CHECK(dinp[1 * c.C + x] == 0 && dinp[5 * c.C + x] == 0); /* weight-0 rows */
+    double e = fd_check("lmhead_xent dinp", c.inp, (size_t)c.N * c.C, dinp, xent_obj, &c, 1e-2, (size_t)c.N * c.C);
+    /* eval (dinp NULL) gives the same loss */
+    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, c.w, DTYPE_F32, targets, rw, c.scratch, c.chunk, c.N, c.C, c.V), loss, 1e-9 * fabs(loss));
+
+    /* bf16 weight: against the naive loss/gradient of bf16-rounded inputs and weights */
+    uint16_t *w16 = malloc((size_t)c.V * c.C * 2);
+    float *wr = zeros((size_t)c.V * c.C), *inr = zeros((size_t)c.N * c.C);
+    for (size_t i = 0; i < (size_t)c.V * c.C; i++) { w16[i] = f32_to_bf16(c.w[i]); wr[i] = bf16_to_f32(w16[i]); }
+    for (size_t i = 0; i < (size_t)c.N * c.C; i++) inr[i] = round_bf16(c.inp[i]);
+    memset(dinp, 0, (size_t)c.N * c.C * sizeof(float)); memset(ref, 0, (size_t)c.N * c.C * sizeof(float));
+    double lb = lmhead_xent(dinp, rl, c.inp, w16, DTYPE_BF16, targets, rw, c.scratch, c.chunk, c.N, c.C, c.V);
+    double lb_ref = naive_xent(ref, rl_ref, inr, wr, targets, rw, c.N, c.C, c.V, 1);
+    double elb = fabs(lb - lb_ref) / fabs(lb_ref), egb = rel_error(dinp, ref, (size_t)c.N * c.C);
+    CHECK_MSG(elb < 1e-5 && egb < 1e-4, "lmhead bf16: loss rel err %.3g, dinp rel err %.3g", elb, egb);
+    /* logits for generation */
+    float *logits = zeros((size_t)c.N * c.V);
+    lmhead_logits(logits, c.inp, c.w, DTYPE_F32, c.N, c.C, c.V);
+    double z0 = 0; for (int x = 0; x < c.C; x++) z0 += (double)c.inp[2 * c.C + x] * c.w[7 * c.C + x];
+    CHECK_NEAR(logits[2 * c.V + 7], z0, 1e-5);
+    printf("worst lmhead_xent rel err %.3g (f32 loss %.3g, dinp %.3g; bf16 loss %.3g, dinp %.3g)\n", e, el, eg, elb, egb);
+    free(c.inp); free(c.w); free(c.scratch); free(dinp); free(ref); free(rl); free(rl_ref); free(w16); free(wr); free(inr); free(logits);
+}
+
+/* ---------------- linear ---------------- */
+typedef struct { float *out, *inp, *w, *b, *probe; int N, C, OC; } LinCtx;
+static double lin_obj(void *p) { LinCtx *c = p; linear_forward(c->out, c->inp, c->w, DTYPE_F32, c->b, c->N, c->C, c->OC); return dot(c->out, c->probe, (size_t)c->N * c->OC); }
+static void test_linear(void) {
+    LinCtx c = {.N = 7, .C = 13, .OC = 5};
+    c.inp = rand_vec((size_t)c.N * c.C, 1); c.w = rand_vec((size_t)c.OC * c.C, 1); c.b = rand_vec(c.OC, 1);
+    c.probe = rand_vec((size_t)c.N * c.OC, 1); c.out = zeros((size_t)c.N * c.OC);
+    float *dinp = zeros((size_t)c.N * c.C), *dw = zeros((size_t)c.OC * c.C), *db = zeros(c.OC);
+    linear_backward(dinp, dw, db, c.probe, c.inp, c.w, DTYPE_F32, c.N, c.C, c.OC);
+    double e = fd_check("linear dinp", c.inp, (size_t)c.N * c.C, dinp, lin_obj, &c, 1e-2, (size_t)c.N * c.C);
+    e = max2(e, fd_check("linear dweight", c.w, (size_t)c.OC * c.C, dw, lin_obj, &c, 1e-2, (size_t)c.OC * c.C));
+    e = max2(e, fd_check("linear dbias", c.b, c.OC, db, lin_obj, &c, 1e-2, c.OC));
+    printf("worst linear rel err %.3g\n", e);
+    free(c.inp); free(c.w); free(c.b); free(c.probe); free(c.out); free(dinp); free(dw); free(db);
+}
+
+int main(void) {
+    static uint16_t scratch[1 << 16];
+    matmul_set_scratch(scratch, sizeof scratch);
+    test_embedding();
+    test_rmsnorm();
+    test_rope();
+    test_attention();
+    test_swiglu();
+    test_lmhead();
+    test_linear();
+    matmul_release_all();
+    return check_finish("kernels/ops_fd");
+}
