@@ -1,0 +1,55 @@
+"""Shared helpers of the benchmark scripts: building models with `lmtune init`,
+making data sets of a given token length, running commands and reading peak
+RSS, medians. Standard library only (run with Debian's /usr/bin/python3)."""
+import json, os, random, re, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LMTUNE = os.environ.get("LMTUNE_BIN", os.path.join(ROOT, "lmtune"))
+WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, "build", "bench"))
+os.makedirs(WORK, exist_ok=True)
+
+SHAPES = {
+    "smollm2-135m": dict(preset="smollm2-135m", hidden=576, layers=30, heads=9, kv=3, inter=1536, vocab=49152, head_dim=64),
+    "qwen2.5-0.5b": dict(preset="qwen2.5-0.5b", hidden=896, layers=24, heads=14, kv=2, inter=4864, vocab=151936, head_dim=64),
+}
+
+def run(cmd, env=None):
+    """Runs cmd; returns (stdout, stderr, seconds, peak RSS bytes of that child
+    alone, from wait4's rusage). Exits the bench on failure."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+        dt = time.time() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0); fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if p.returncode != 0:
+        sys.stderr.write(f"command failed ({p.returncode}): {' '.join(cmd)}\n{err[-3000:]}\n")
+        raise SystemExit(1)
+    return out, err, dt, ru.ru_maxrss * 1024
+
+def model_dir(shape, dtype):
+    d = os.path.join(WORK, f"{shape}-{dtype}")
+    if not os.path.exists(os.path.join(d, "model.safetensors")):
+        run([LMTUNE, "init", "--preset", SHAPES[shape]["preset"], "--out", d, "--dtype", dtype, "--seed", "0"])
+    return d
+
+def data_dir(n_tokens, n_examples=64, name=None):
+    """Text data whose examples are at least n_tokens long with the byte-level
+    init tokenizer (one token per byte at worst: no merges learned)."""
+    d = os.path.join(WORK, name or f"data-{n_tokens}")
+    if not os.path.exists(os.path.join(d, "train.jsonl")):
+        os.makedirs(d, exist_ok=True)
+        rng = random.Random(0)
+        words = "the of and to in is was for on that with as by at from his her an which it be are this had not".split()
+        for split, n in (("train", n_examples), ("valid", 8), ("test", 8)):
+            with open(os.path.join(d, split + ".jsonl"), "w") as f:
+                for _ in range(n):
+                    text = " ".join(rng.choice(words) for _ in range(n_tokens))
+                    f.write(json.dumps({"text": text}) + "\n")
+    return d
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")

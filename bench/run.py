@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""`make bench`: training throughput of lmtune against plain PyTorch in the same
+run, with model FLOPs utilisation against the GEMM peak measured in this run.
+
+For each configuration: a model made by `lmtune init` (random weights of the
+real shape), a data set of rows longer than the sequence (truncated to it),
+`lmtune train` for warm-up + timed iterations with a report every iteration,
+and bench/torch_train.py on the same shape and step. Tokens/s is the median
+over the timed iterations of tokens per iteration / seconds per iteration.
+
+Usage: bench/run.py [--quick] [--runs N] [--only SUBSTR] [--no-torch]
+Writes the table to stdout and to build/bench/results.md."""
+import argparse, json, os, re, subprocess, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, LMTUNE, WORK, SHAPES, run, model_dir, data_dir, median
+
+def flops_per_token(shape, mode, seq):
+    s = SHAPES[shape]
+    C, L, H, KV, F, V, D = s["hidden"], s["layers"], s["heads"], s["kv"], s["inter"], s["vocab"], s["head_dim"]
+    p_layer = C * H * D + 2 * C * KV * D + H * D * C + 3 * C * F
+    attn_fwd = 2 * H * D * (seq + 1)              # causal: QK^T and PV over (T+1)/2 keys on average, 2 FLOPs each
+    n_bwd = {"lora-qv16": 16, "lora-all": L, "full4": 4}[mode]
+    fwd = 2 * (L * p_layer + V * C) + L * attn_fwd
+    bwd = 2 * V * C + n_bwd * (2 * p_layer + 2 * attn_fwd)   # dinput of every matrix above the lowest trainable block
+    if mode == "full4":
+        bwd += n_bwd * 2 * p_layer                               # dweight of trainable matrices
+    else:
+        r = 8
+        dims = [(C, H * D), (C, KV * D), (C, KV * D), (H * D, C), (C, F), (C, F), (F, C)]
+        keys = dims if mode == "lora-all" else [dims[0], dims[2]]
+        lora = sum(2 * (i * r + r * o) for i, o in keys)
+        fwd += (L if mode == "lora-all" else 16) * lora
+        bwd += n_bwd * 2 * lora
+    return fwd + bwd
+
+LORA_YAML = {
+    "lora-qv16": ("lora", 16, '["self_attn.q_proj", "self_attn.v_proj"]'),
+    "lora-all": ("lora", -1, '["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]'),
+    "full4": ("full", 4, None),
+}
+
+def config_file(mode):
+    ft, nl, keys = LORA_YAML[mode]
+    path = os.path.join(WORK, f"{mode}.yaml")
+    with open(path, "w") as f:
+        f.write(f"fine_tune_type: {ft}\nnum_layers: {nl}\n")
+        if keys:
+            f.write(f"lora_parameters:\n  rank: 8\n  scale: 20.0\n  dropout: 0.0\n  keys: {keys}\n")
+    return path
+
+def gemm_peak(threads):
+    exe = os.path.join(ROOT, "build", "rel", "bench", "gemm_peak")
+    out, _, _, _ = run([exe, "3"], env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    best = {"f32": 0.0, "bf16": 0.0}
+    for line in out.splitlines():
+        m = re.match(r"\S+\s+(f32|bf16)\s+([0-9.]+)", line)
+        if m: best[m.group(1)] = max(best[m.group(1)], float(m.group(2)))
+    return best
+
+def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, steps):
+    md = model_dir(shape, dtype)
+    dd = data_dir(seq)
+    cmd = [LMTUNE, "train", "--model", md, "--data", dd, "-c", config_file(mode),
+           "--batch-size", str(batch), "--max-seq-length", str(seq + 1), "--iters", str(warmup + steps),
+           "--steps-per-report", "1", "--steps-per-eval", "1000000", "--val-batches", "1",
+           "--save-every", "1000000", "--adapter-path", os.path.join(WORK, "adapters"),
+           "--learning-rate", "1e-5", "--threads", str(threads)]
+    if ckpt: cmd.append("--grad-checkpoint")
+    out, err, _, rss = run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    rates = [float(m) for m in re.findall(r"Tokens/sec ([0-9.]+)", out)]
+    timed = rates[warmup:] or rates
+    return median(timed), rss
+
+def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
+    cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", shape, "--mode", mode,
+           "--weights", "fp32" if dtype == "f32" else "bf16", "--batch", str(batch), "--seq", str(seq),
+           "--steps", str(steps), "--threads", str(threads)]
+    if ckpt: cmd.append("--grad-checkpoint")
+    env = dict(os.environ)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    env["OPENBLAS_CORETYPE"] = "SkylakeX"   # Debian's OpenBLAS AVX-512 kernels: PyTorch's best setting here
+    out, _, _, rss = run(cmd, env=env)
+    res = json.loads(out.strip().splitlines()[-1])
+    return res["tokens_per_s"], rss
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="the bar configurations only")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--steps", type=int, default=4)
+    args = ap.parse_args()
+    configs = [  # shape, mode, dtype, ckpt, seq, threads
+        ("smollm2-135m", "lora-qv16", "f32", False, 512, 2),
+        ("smollm2-135m", "lora-qv16", "bf16", False, 512, 2),
+        ("smollm2-135m", "lora-qv16", "f32", True, 512, 2),
+        ("smollm2-135m", "lora-qv16", "bf16", True, 512, 2),
+        ("smollm2-135m", "lora-all", "f32", False, 512, 2),
+        ("smollm2-135m", "lora-all", "bf16", False, 512, 2),
+        ("smollm2-135m", "full4", "f32", False, 512, 2),
+        ("smollm2-135m", "lora-qv16", "f32", False, 512, 1),
+        ("smollm2-135m", "lora-qv16", "bf16", False, 256, 2),
+        ("smollm2-135m", "lora-qv16", "bf16", False, 1024, 2),
+        ("smollm2-135m", "lora-qv16", "bf16", False, 2048, 2),
+        ("smollm2-135m", "lora-qv16", "bf16", False, 4096, 2),
+        ("qwen2.5-0.5b", "lora-qv16", "f32", False, 512, 2),
+        ("qwen2.5-0.5b", "lora-qv16", "bf16", False, 512, 2),
+    ]
+    if args.quick:
+        configs = [c for c in configs if c[4] == 512 and c[0] == "smollm2-135m" and c[1] == "lora-qv16" and not c[3]]
+    configs = [c for c in configs if args.only in " ".join(map(str, c))]
+    peaks = {t: gemm_peak(t) for t in sorted({c[5] for c in configs})}
+    rows = []
+    hdr = "| model | mode | weights | ckpt | seq | threads | lmtune tok/s | s/step | peak RSS | MFU | PyTorch tok/s | PyTorch RSS | ratio |"
+    print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
+    for shape, mode, dtype, ckpt, seq, threads in configs:
+        batch = 4
+        tps, rss = [], []
+        for _ in range(args.runs):
+            t, r = lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2, args.steps)
+            tps.append(t); rss.append(r)
+        t = median(tps)
+        peak = peaks[threads]["bf16" if dtype == "bf16" else "f32"] * 1e9
+        mfu = flops_per_token(shape, mode, seq) * t / peak if peak else float("nan")
+        tt, trss = (float("nan"), float("nan"))
+        if not args.no_torch and threads == 2 and seq <= 1024:
+            tt, trss = torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2)
+        row = (f"| {shape} | {mode} | {dtype} | {'yes' if ckpt else 'no'} | {seq} | {threads} | {t:.0f} | "
+               f"{batch * seq / t:.2f} | {max(rss) / 1e9:.2f} GB | {100 * mfu:.0f}% | "
+               f"{tt:.0f} | {trss / 1e9:.2f} GB | {t / tt:.2f}x |")
+        print(row, flush=True)
+        rows.append(row)
+    print(f"\nGEMM peak measured in this run (GFLOP/s): " + ", ".join(f"{t} threads: f32 {p['f32']:.0f}, bf16 {p['bf16']:.0f}" for t, p in peaks.items()))
+    with open(os.path.join(WORK, "results.md"), "w") as f:
+        f.write(hdr + "\n" + "\n".join(rows) + "\n")
+
+main()
