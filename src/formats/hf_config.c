@@ -9,6 +9,7 @@
 #include "hf_config.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "one_line.h"
 #include "base/fileio.h"
 #include <jansson.h>
 #include <math.h>
@@ -215,11 +216,12 @@ int hf_config_parse(ModelConfig *c, const char *json, const char *name) {
     json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         memset(c, 0, sizeof *c);
-        return error_set("%s: not valid JSON: %s (line %d, column %d)", name, jerr.text, jerr.line, jerr.column);
+        error_set("%s: not valid JSON: %s (line %d, column %d)", name, jerr.text, jerr.line, jerr.column);
+        return error_one_line();
     }
     int rc = parse_root(c, root, name);
     json_decref(root);
-    return rc;
+    return rc < 0 ? error_one_line() : 0;
 }
 
 int hf_config_load(ModelConfig *c, const char *path) {

@@ -9,6 +9,7 @@
 #include "safetensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "one_line.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -129,9 +130,9 @@ static int parse_entry(StFile *f, StTensor *t, const char *name, const json_t *e
     return 0;
 }
 
-static const StFile *sort_file; /* qsort has no context argument */
-static int by_offset(const void *a, const void *b) {
-    const StTensor *x = &sort_file->tensors[*(const size_t *)a], *y = &sort_file->tensors[*(const size_t *)b];
+static int by_offset(const void *a, const void *b, void *file) {
+    const StTensor *ts = ((const StFile *)file)->tensors;
+    const StTensor *x = &ts[*(const size_t *)a], *y = &ts[*(const size_t *)b];
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return strcmp(x->name, y->name);
@@ -149,8 +150,7 @@ static int validate_offsets(StFile *f, size_t *data_end) {
     size_t *order = mem_calloc(n ? n : 1, sizeof *order);
     if (!order) return error_prefix("%s", p);
     for (size_t i = 0; i < n; i++) order[i] = i;
-    sort_file = f;
-    qsort(order, n, sizeof *order, by_offset);
+    qsort_r(order, n, sizeof *order, by_offset, f);
     size_t start = 0;
     const StTensor *prev = NULL;
     int rc = 0;
@@ -274,7 +274,7 @@ int st_open(StFile *f, const char *path) {
     if (file_map(&f->map, path) < 0) { st_close(f); return -1; }
     size_t n;
     if (check_header_length(path, f->map.data, f->map.size, &n) < 0 ||
-        parse_header(f, f->map.data + 8, n, f->map.size) < 0) { st_close(f); return -1; }
+        parse_header(f, f->map.data + 8, n, f->map.size) < 0) { st_close(f); return error_one_line(); }
     f->header_len = n;
     const unsigned char *buffer = f->map.data + 8 + n;
     for (size_t i = 0; i < f->n_tensors; i++) f->tensors[i].data = buffer + f->tensors[i].begin;
@@ -312,7 +312,7 @@ int st_open_header(StFile *f, const char *path) {
     close(fd);
     if (!rc) rc = parse_header(f, header, n, size);
     mem_free(header);
-    if (rc) { st_close(f); return -1; }
+    if (rc) { st_close(f); return error_one_line(); }
     f->header_len = n;
     return 0;
 }

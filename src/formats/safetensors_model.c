@@ -7,6 +7,7 @@
 #include "safetensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "one_line.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,8 +140,8 @@ int st_model_open(StModel *m, const char *dir, bool header_only) {
     else rc = error_set("%s: no model.safetensors or model.safetensors.index.json in the model directory", dir);
     mem_free(single);
     mem_free(index);
-    if (rc) st_model_close(m);
-    return rc ? -1 : 0;
+    if (rc) { st_model_close(m); return error_one_line(); }
+    return 0;
 }
 
 int st_model_expect(const StModel *m, const char *name, int ndim, const int64_t *shape, const StTensor **out) {

@@ -14,6 +14,9 @@
  * and every dq row of those heads is written by that task alone: no races,
  * no atomics, and a fixed summation order (same bits for any thread count).
  * The workspace holds D_i = rowsum(dout * out) for every query row. */
+/* -std=c11 turns off contraction of a*b+c into FMA; the micro-kernels
+ * need it (twice the throughput), so this file opts back in. */
+#pragma GCC optimize("fp-contract=fast")
 #include <math.h>
 #include <string.h>
 
@@ -24,11 +27,13 @@
 enum { TILE = 64, MAX_HEAD_DIM = 256 };
 
 
-/* C (M, N) += A (M, K) B (K, N); row-major with leading dims; M a multiple
- * of 4, N a multiple of 16. 4 rows x 64 columns of C live in registers. */
-static void tile_gemm_acc(float *C, int ldc, const float *A, int lda, const float *Bm, int ldb, int M, int K, int N) {
+/* C (M, N) += A (M, K) B (K, N); element (i, k) of A at A[i*ai + k*ak]
+ * (so A may be a transposed view), B and C row-major with leading dims;
+ * M a multiple of 4, N a multiple of 16. 4 rows x 64 columns of C live in
+ * registers while k runs. */
+static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb, int M, int K, int N) {
     for (int i = 0; i < M; i += 4) {
-        const float *a0 = A + (size_t)i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+        const float *a0 = A + (size_t)i * ai, *a1 = a0 + ai, *a2 = a1 + ai, *a3 = a2 + ai;
         float *c0 = C + (size_t)i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
         int n = 0;
         for (; n + 64 <= N; n += 64) {
@@ -38,14 +43,18 @@ static void tile_gemm_acc(float *C, int ldc, const float *A, int lda, const floa
             v16 r30 = load16(c3 + n), r31 = load16(c3 + n + 16), r32 = load16(c3 + n + 32), r33 = load16(c3 + n + 48);
             for (int k = 0; k < K; k++) {
                 const float *b = Bm + (size_t)k * ldb + n;
+                size_t ka = (size_t)k * ak;
                 v16 b0 = load16(b), b1 = load16(b + 16), b2 = load16(b + 32), b3 = load16(b + 48);
-                v16 x = splat16(a0[k]);
+                /* keep the B row in registers: without this GCC folds the
+                 * loads into every FMA, 16 loads instead of 4 per k */
+                __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+                v16 x = splat16(a0[ka]);
                 r00 += x * b0; r01 += x * b1; r02 += x * b2; r03 += x * b3;
-                x = splat16(a1[k]);
+                x = splat16(a1[ka]);
                 r10 += x * b0; r11 += x * b1; r12 += x * b2; r13 += x * b3;
-                x = splat16(a2[k]);
+                x = splat16(a2[ka]);
                 r20 += x * b0; r21 += x * b1; r22 += x * b2; r23 += x * b3;
-                x = splat16(a3[k]);
+                x = splat16(a3[ka]);
                 r30 += x * b0; r31 += x * b1; r32 += x * b2; r33 += x * b3;
             }
             store16(c0 + n, r00); store16(c0 + n + 16, r01); store16(c0 + n + 32, r02); store16(c0 + n + 48, r03);
@@ -57,8 +66,9 @@ static void tile_gemm_acc(float *C, int ldc, const float *A, int lda, const floa
             v16 r0 = load16(c0 + n), r1 = load16(c1 + n), r2 = load16(c2 + n), r3 = load16(c3 + n);
             for (int k = 0; k < K; k++) {
                 v16 b = load16(Bm + (size_t)k * ldb + n);
-                r0 += splat16(a0[k]) * b; r1 += splat16(a1[k]) * b;
-                r2 += splat16(a2[k]) * b; r3 += splat16(a3[k]) * b;
+                size_t ka = (size_t)k * ak;
+                r0 += splat16(a0[ka]) * b; r1 += splat16(a1[ka]) * b;
+                r2 += splat16(a2[ka]) * b; r3 += splat16(a3[ka]) * b;
             }
             store16(c0 + n, r0); store16(c1 + n, r1); store16(c2 + n, r2); store16(c3 + n, r3);
         }
@@ -88,10 +98,24 @@ static void load_tile_t(float *dst, int Dp, const float *src, int b, int r0, int
     }
 }
 
-static void transpose_tile(float *dst, const float *src) { /* (TILE, TILE) */
-    for (int i = 0; i < TILE; i++)
-        for (int j = 0; j < TILE; j++) dst[(size_t)j * TILE + i] = src[(size_t)i * TILE + j];
+/* Rows [r0, r0+TILE) of head h of a (B, T, heads, D) tensor as a (TILE, Dp)
+ * operand: the tensor itself (row stride heads*D) when the tile is full and
+ * D a multiple of 16, else a zero-padded copy in buf (row stride Dp). */
+static const float *tile_view(float *buf, int *ld, int Dp, const float *src, int b, int r0, int rows,
+                              int T, int heads, int h, int D) {
+    if (rows == TILE && D == Dp) { *ld = heads * D; return src + (((size_t)b * T + r0) * heads + h) * D; }
+    load_tile(buf, Dp, src, b, r0, rows, T, heads, h, D);
+    *ld = Dp;
+    return buf;
 }
+
+static inline v16 lane_index16(void) { return (v16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+/* x where lane j + t < limit, else fill */
+static inline v16 keep_below16(v16 x, int j, int limit, float fill) {
+    v16i keep = lane_index16() + splat16((float)j) < splat16((float)limit);
+    return (v16)(((v16i)x & keep) | ((v16i)splat16(fill) & ~keep));
+}
+static inline v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
 
 static int pad16(int D) { return (D + 15) & ~15; }
 
@@ -100,62 +124,83 @@ static void check_dims(int H, int KVH, int D, const char *who) {
     if (D <= 0 || D > MAX_HEAD_DIM) die("attention.c: %s: head dim %d outside 1..%d", who, D, MAX_HEAD_DIM);
 }
 
+/* A task is (batch, query block, kv head, up to HEADS_PER_TASK of its query
+ * heads): each transposed key tile is then shared by those heads. */
+enum { HEADS_PER_TASK = 4 };
+
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        int B, int T, int H, int KVH, int D) {
     check_dims(H, KVH, D, "attention_forward");
     const int Dp = pad16(D), group = H / KVH, qblocks = (T + TILE - 1) / TILE;
+    const int hgroups = (group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     const float scale = 1.0f / sqrtf((float)D);
     #pragma omp parallel
     {
-        float Qs[TILE * Dp], Kt[Dp * TILE], Vs[TILE * Dp], O[TILE * Dp];
+        float Kt[Dp * TILE], Vbuf[TILE * Dp], Qbuf[HEADS_PER_TASK][TILE * Dp], O[HEADS_PER_TASK][TILE * Dp];
         float S[TILE * TILE] __attribute__((aligned(64)));
-        float m[TILE], l[TILE];
+        float m[HEADS_PER_TASK][TILE], l[HEADS_PER_TASK][TILE];
         #pragma omp for collapse(3) schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++)
-                for (int qbr = 0; qbr < qblocks; qbr++) {
+        for (int qbr = 0; qbr < qblocks; qbr++)
+            for (int b = 0; b < B; b++)
+                for (int kh = 0; kh < KVH * hgroups; kh++) {
                     int qb = qblocks - 1 - qbr; /* longest rows first, for balance */
-                    int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE, kvh = h / group;
-                    load_tile(Qs, Dp, q, b, q0, qrows, T, H, h, D);
-                    for (int i = 0; i < TILE * Dp; i++) { Qs[i] *= scale; O[i] = 0.0f; }
-                    for (int i = 0; i < TILE; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+                    int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE;
+                    int kvh = kh / hgroups, h0 = kvh * group + (kh % hgroups) * HEADS_PER_TASK;
+                    int nh = kvh * group + group - h0 < HEADS_PER_TASK ? kvh * group + group - h0 : HEADS_PER_TASK;
+                    const float *qv[HEADS_PER_TASK];
+                    int ldq[HEADS_PER_TASK];
+                    for (int x = 0; x < nh; x++) {
+                        qv[x] = tile_view(Qbuf[x], &ldq[x], Dp, q, b, q0, qrows, T, H, h0 + x, D);
+                        memset(O[x], 0, sizeof O[x]);
+                        for (int i = 0; i < TILE; i++) { m[x][i] = -INFINITY; l[x][i] = 0.0f; }
+                    }
                     for (int kb = 0; kb <= qb; kb++) {
-                        int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE;
+                        int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv;
                         load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
-                        load_tile(Vs, Dp, v, b, k0, krows, T, KVH, kvh, D);
-                        memset(S, 0, sizeof S);
-                        tile_gemm_acc(S, TILE, Qs, Dp, Kt, TILE, TILE, Dp, TILE);
-                        for (int i = 0; i < qrows; i++) {
-                            float *s = S + (size_t)i * TILE;
-                            /* keys j <= query i are visible */
-                            int visible = kb < qb ? krows : (i + 1 < krows ? i + 1 : krows);
-                            float mx = m[i];
-                            for (int j = 0; j < visible; j++) mx = s[j] > mx ? s[j] : mx;
-                            float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - mx);
-                            v16 sum = splat16(0.0f), mv = splat16(mx);
-                            for (int j = 0; j < TILE; j += 16) {
-                                v16 p = exp16(load16(s + j) - mv);
-                                if (j + 16 > visible) /* zero hidden keys */
-                                    for (int t = 0; t < 16; t++) if (j + t >= visible) p[t] = 0.0f;
-                                store16(s + j, p);
-                                sum += p;
+                        const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
+                        for (int x = 0; x < nh; x++) {
+                            memset(S, 0, sizeof S);
+                            tile_gemm_acc(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE);
+                            for (int i = 0; i < qrows; i++) {
+                                float *s = S + (size_t)i * TILE;
+                                /* keys j <= query i are visible */
+                                int visible = kb < qb ? krows : (i + 1 < krows ? i + 1 : krows);
+                                v16 mv = splat16(-INFINITY), sc = splat16(scale);
+                                for (int j = 0; j < TILE; j += 16) {
+                                    v16 z = load16(s + j) * sc;
+                                    if (j + 16 > visible) z = keep_below16(z, j, visible, -INFINITY);
+                                    store16(s + j, z);
+                                    mv = max16(mv, z);
+                                }
+                                float mx = m[x][i];
+                                for (int t = 0; t < 16; t++) mx = mv[t] > mx ? mv[t] : mx;
+                                float corr = expf(m[x][i] - mx); /* 0 on the first block */
+                                v16 sum = splat16(0.0f), m16 = splat16(mx);
+                                for (int j = 0; j < TILE; j += 16) {
+                                    v16 p = exp16(load16(s + j) - m16);
+                                    if (j + 16 > visible) p = keep_below16(p, j, visible, 0.0f);
+                                    store16(s + j, p);
+                                    sum += p;
+                                }
+                                float ssum = 0.0f;
+                                for (int t = 0; t < 16; t++) ssum += sum[t];
+                                l[x][i] = l[x][i] * corr + ssum;
+                                m[x][i] = mx;
+                                float *o = O[x] + (size_t)i * Dp;
+                                v16 c16 = splat16(corr);
+                                for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
                             }
-                            float ssum = 0.0f;
-                            for (int t = 0; t < 16; t++) ssum += sum[t];
-                            l[i] = l[i] * corr + ssum;
-                            m[i] = mx;
-                            float *o = O + (size_t)i * Dp;
-                            for (int d = 0; d < Dp; d++) o[d] *= corr;
+                            for (int i = qrows; i < TILE; i++) memset(S + (size_t)i * TILE, 0, TILE * sizeof(float));
+                            tile_gemm_acc(O[x], Dp, S, TILE, 1, vv, ldv, TILE, TILE, Dp);
                         }
-                        for (int i = qrows; i < TILE; i++) memset(S + (size_t)i * TILE, 0, TILE * sizeof(float));
-                        tile_gemm_acc(O, Dp, S, TILE, Vs, Dp, TILE, TILE, Dp);
                     }
-                    for (int i = 0; i < qrows; i++) {
-                        float inv = 1.0f / l[i];
-                        float *dst = out + (((size_t)b * T + q0 + i) * H + h) * D;
-                        for (int d = 0; d < D; d++) dst[d] = O[(size_t)i * Dp + d] * inv;
-                        lse[((size_t)b * H + h) * T + q0 + i] = m[i] + logf(l[i]);
-                    }
+                    for (int x = 0; x < nh; x++)
+                        for (int i = 0; i < qrows; i++) {
+                            float inv = 1.0f / l[x][i];
+                            float *dst = out + (((size_t)b * T + q0 + i) * H + h0 + x) * D;
+                            for (int d = 0; d < D; d++) dst[d] = O[x][(size_t)i * Dp + d] * inv;
+                            lse[((size_t)b * H + h0 + x) * T + q0 + i] = m[x][i] + logf(l[x][i]);
+                        }
                 }
     }
 }
@@ -184,16 +229,16 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 
     #pragma omp parallel
     {
-        float Ks[TILE * Dp], Kt[Dp * TILE], Vt[Dp * TILE], Qs[TILE * Dp], dOs[TILE * Dp];
+        float Kbuf[TILE * Dp], Kt[Dp * TILE], Vt[Dp * TILE], Qbuf[TILE * Dp], dObuf[TILE * Dp];
         float dKs[TILE * Dp], dVs[TILE * Dp], dQs[TILE * Dp];
         float P[TILE * TILE] __attribute__((aligned(64))), dS[TILE * TILE] __attribute__((aligned(64)));
-        float Tt[TILE * TILE] __attribute__((aligned(64)));
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kvh = 0; kvh < KVH; kvh++)
                 for (int kb = 0; kb < blocks; kb++) {
                     int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE;
-                    load_tile(Ks, Dp, k, b, k0, krows, T, KVH, kvh, D);
+                    int ldk, ldq, ldo;
+                    const float *Ks = tile_view(Kbuf, &ldk, Dp, k, b, k0, krows, T, KVH, kvh, D);
                     load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                     load_tile_t(Vt, Dp, v, b, k0, krows, T, KVH, kvh, D);
                     memset(dKs, 0, sizeof dKs);
@@ -201,13 +246,13 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                     for (int h = kvh * group; h < (kvh + 1) * group; h++)
                         for (int qb = kb; qb < blocks; qb++) {
                             int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE;
-                            load_tile(Qs, Dp, q, b, q0, qrows, T, H, h, D);
-                            load_tile(dOs, Dp, dout, b, q0, qrows, T, H, h, D);
+                            const float *Qs = tile_view(Qbuf, &ldq, Dp, q, b, q0, qrows, T, H, h, D);
+                            const float *dOs = tile_view(dObuf, &ldo, Dp, dout, b, q0, qrows, T, H, h, D);
                             const float *lse_row = lse + ((size_t)b * H + h) * T + q0;
                             const float *dot_row = rowdot + ((size_t)b * H + h) * T + q0;
                             /* P = exp(scale q k^T - lse), zero where hidden or padded */
                             memset(P, 0, sizeof P);
-                            tile_gemm_acc(P, TILE, Qs, Dp, Kt, TILE, TILE, Dp, TILE);
+                            tile_gemm_acc(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE);
                             for (int i = 0; i < TILE; i++) {
                                 float *p = P + (size_t)i * TILE;
                                 int visible = i >= qrows ? 0 : (qb > kb ? krows : (i + 1 < krows ? i + 1 : krows));
@@ -220,11 +265,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                                 }
                             }
                             /* dV += P^T dO */
-                            transpose_tile(Tt, P);
-                            tile_gemm_acc(dVs, Dp, Tt, TILE, dOs, Dp, TILE, TILE, Dp);
+                            tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp);
                             /* dP = dO V^T; dS = P (dP - D_i) * scale */
                             memset(dS, 0, sizeof dS);
-                            tile_gemm_acc(dS, TILE, dOs, Dp, Vt, TILE, TILE, Dp, TILE);
+                            tile_gemm_acc(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE);
                             for (int i = 0; i < TILE; i++) {
                                 float *ds = dS + (size_t)i * TILE;
                                 const float *p = P + (size_t)i * TILE;
@@ -233,16 +277,17 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                                     store16(ds + j, load16(p + j) * (load16(ds + j) - di) * sv);
                             }
                             /* dQ += dS K, added to this head's rows (only this task writes them) */
-                            memset(dQs, 0, sizeof dQs);
-                            tile_gemm_acc(dQs, Dp, dS, TILE, Ks, Dp, TILE, TILE, Dp);
-                            for (int i = 0; i < qrows; i++) {
-                                float *dst = dq + (((size_t)b * T + q0 + i) * H + h) * D;
-                                const float *src = dQs + (size_t)i * Dp;
-                                for (int d = 0; d < D; d++) dst[d] += src[d];
+                            float *dq_tile = dq + (((size_t)b * T + q0) * H + h) * D;
+                            if (qrows == TILE && D == Dp) {
+                                tile_gemm_acc(dq_tile, H * D, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp);
+                            } else {
+                                memset(dQs, 0, sizeof dQs);
+                                tile_gemm_acc(dQs, Dp, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp);
+                                for (int i = 0; i < qrows; i++)
+                                    for (int d = 0; d < D; d++) dq_tile[(size_t)i * H * D + d] += dQs[(size_t)i * Dp + d];
                             }
                             /* dK += dS^T Q */
-                            transpose_tile(Tt, dS);
-                            tile_gemm_acc(dKs, Dp, Tt, TILE, Qs, Dp, TILE, TILE, Dp);
+                            tile_gemm_acc(dKs, Dp, dS, 1, TILE, Qs, ldq, TILE, TILE, Dp);
                         }
                     for (int j = 0; j < krows; j++) {
                         float *dkr = dk + (((size_t)b * T + k0 + j) * KVH + kvh) * D;

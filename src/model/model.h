@@ -98,4 +98,22 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
  * positions pos..pos+n-1 of a single sequence and writes the logits (V) of
  * the last one. pos == 0 resets the cache. */
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
+
+/* --- additions --- */
+/* model_layout for a known dtype of the file's matrices (model_layout takes
+ * it from config.json's torch_dtype; model_load uses the real one). */
+int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
+
+/* `lmtune init`: a model directory with config.json and model.safetensors
+ * (HF names), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32, BF16
+ * or F16. */
+int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
+/* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
+ * "qwen3-0.6b", "llama-3.2-1b", "tiny". The caller may then override
+ * vocab_size. -1 + error for an unknown name. */
+int model_preset(const char *name, ModelConfig *cfg);
+/* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
+ * of the loss only match the gradients with the norms held fixed. While
+ * frozen, the norms of the last step are reused instead of recomputed. */
+void model_freeze_dora_norms(Model *m, bool frozen);
 #endif

@@ -189,8 +189,8 @@ static double att_obj(void *p) {
     attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D);
     return dot(c->out, c->probe, (size_t)c->B * c->T * c->H * c->D);
 }
-static void test_attention(void) {
-    AttCtx c = {.B = 2, .T = 131, .H = 4, .KVH = 2, .D = 20};
+static double test_attention(int B, int T, int H, int KVH, int D) {
+    AttCtx c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
     size_t nq = (size_t)c.B * c.T * c.H * c.D, nk = (size_t)c.B * c.T * c.KVH * c.D, nl = (size_t)c.B * c.H * c.T;
     c.q = rand_vec(nq, 1.5f); c.k = rand_vec(nk, 1.5f); c.v = rand_vec(nk, 1); c.probe = rand_vec(nq, 1);
     c.out = zeros(nq); c.lse = zeros(nl);
@@ -211,9 +211,10 @@ static void test_attention(void) {
     att_obj(&c); /* out and lse of the unperturbed inputs again */
     attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D);
     CHECK_MSG(rel_error(dq, dq2, nq) < 1e-6, "attention accumulation rel err %.3g", rel_error(dq, dq2, nq));
-    printf("worst attention rel err %.3g (forward out %.3g, lse %.3g)\n", e, ef, el);
+    printf("attention B=%d T=%d H=%d KVH=%d D=%d: backward rel err %.3g (forward out %.3g, lse %.3g)\n", B, T, H, KVH, D, e, ef, el);
     free(c.q); free(c.k); free(c.v); free(c.probe); free(c.out); free(c.lse); free(rout); free(rlse);
     free(dq); free(dk); free(dv); free(ws); free(dq2);
+    return max2(e, max2(ef, el));
 }
 
 /* ---------------- swiglu ---------------- */
@@ -325,7 +326,10 @@ int main(void) {
     test_embedding();
     test_rmsnorm();
     test_rope();
-    test_attention();
+    double ea = test_attention(2, 131, 4, 2, 20);      /* T, D not multiples of the tiles */
+    ea = max2(ea, test_attention(1, 150, 6, 2, 32));  /* full tiles read in place, 3 heads per kv head */
+    ea = max2(ea, test_attention(1, 64, 10, 2, 16));  /* 5 heads per kv head: split over two tasks */
+    printf("worst attention rel err %.3g\n", ea);
     test_swiglu();
     test_lmhead();
     test_linear();

@@ -1,0 +1,89 @@
+/* block.c: forward and backward of one decoder block (pre-norm attention
+ * with GQA, optional qwen3 q/k norms and qwen2 biases, RoPE; pre-norm SwiGLU
+ * MLP). The forward writes every activation the backward reads into a
+ * BlockActs set; the backward turns m->sc.dres from d(block output) into
+ * d(block input), accumulating parameter gradients on the way. */
+#include "model/model_internal.h"
+#include "kernels/ops.h"
+#include <string.h>
+
+static void add_inplace(float *y, const float *x, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+/* recompute: rebuilding a checkpointed block for its backward pass; the
+ * down projection's base product (only needed for the block output) is
+ * skipped, its x@A is still computed. */
+void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B, int T, bool recompute) {
+    const Dims *d = &m->d;
+    const BlockParams *bp = &m->blocks[layer];
+    int N = B * T, C = d->C;
+    float eps = m->cfg.rms_norm_eps;
+    rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C);
+    float *q = d->qk_norm ? a->q_pre : a->q, *k = d->qk_norm ? a->k_pre : a->k;
+    proj_forward(m, bp, layer, PROJ_Q, q, a->ln1, a->xa[PROJ_Q], N, false);
+    proj_forward(m, bp, layer, PROJ_K, k, a->ln1, a->xa[PROJ_K], N, false);
+    proj_forward(m, bp, layer, PROJ_V, a->v, a->ln1, a->xa[PROJ_V], N, false);
+    if (d->qk_norm) {
+        rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, eps, N * d->H, d->D);
+        rmsnorm_forward(a->k, a->k_rstd, a->k_pre, bp->kn, eps, N * d->KVH, d->D);
+    }
+    rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, d->H, d->D);
+    rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, d->KVH, d->D);
+    attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, d->H, d->KVH, d->D);
+    proj_forward(m, bp, layer, PROJ_O, a->x_mid, a->att, a->xa[PROJ_O], N, false);
+    add_inplace(a->x_mid, a->x_in, (size_t)N * C);
+    rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, N, C);
+    proj_forward(m, bp, layer, PROJ_GATE, a->gate, a->ln2, a->xa[PROJ_GATE], N, false);
+    proj_forward(m, bp, layer, PROJ_UP, a->up, a->ln2, a->xa[PROJ_UP], N, false);
+    swiglu_forward(a->act, a->gate, a->up, (size_t)N * d->F);
+    if (recompute) {
+        if (bp->adapted >> PROJ_DOWN & 1u)
+            proj_forward(m, bp, layer, PROJ_DOWN, NULL, a->act, a->xa[PROJ_DOWN], N, true);
+        return;
+    }
+    proj_forward(m, bp, layer, PROJ_DOWN, x_out, a->act, a->xa[PROJ_DOWN], N, false);
+    add_inplace(x_out, a->x_mid, (size_t)N * C);
+}
+
+static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
+
+void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
+    const Dims *d = &m->d;
+    const BlockParams *bp = &m->blocks[layer];
+    Scratch *sc = &m->sc;
+    int N = B * T, C = d->C;
+    size_t NF = (size_t)N * d->F;
+
+    /* MLP: x_out = x_mid + down(swiglu(gate(ln2), up(ln2))) */
+    zero(sc->dact, NF);
+    proj_backward(m, bp, layer, PROJ_DOWN, sc->dact, sc->dres, a->act, a->xa[PROJ_DOWN], N);
+    zero(sc->dgate, NF); zero(sc->dup, NF);
+    swiglu_backward(sc->dgate, sc->dup, sc->dact, a->gate, a->up, NF);
+    zero(sc->dln, (size_t)N * C);
+    proj_backward(m, bp, layer, PROJ_GATE, sc->dln, sc->dgate, a->ln2, a->xa[PROJ_GATE], N);
+    proj_backward(m, bp, layer, PROJ_UP, sc->dln, sc->dup, a->ln2, a->xa[PROJ_UP], N);
+    rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, a->rstd2, N, C);
+
+    /* attention: x_mid = x_in + o(attn(rope(q), rope(k), v)) */
+    zero(sc->datt, (size_t)N * d->QD);
+    proj_backward(m, bp, layer, PROJ_O, sc->datt, sc->dres, a->att, a->xa[PROJ_O], N);
+    zero(sc->dq, (size_t)N * d->QD); zero(sc->dk, (size_t)N * d->KVD); zero(sc->dv, (size_t)N * d->KVD);
+    attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, a->q, a->k, a->v, a->att, a->lse,
+                       sc->attn_ws, B, T, d->H, d->KVH, d->D);
+    rope_backward(sc->dq, m->rope_cos, m->rope_sin, B, T, d->H, d->D);
+    rope_backward(sc->dk, m->rope_cos, m->rope_sin, B, T, d->KVH, d->D);
+    float *dq = sc->dq, *dk = sc->dk;
+    if (d->qk_norm) {
+        zero(sc->dq_pre, (size_t)N * d->QD); zero(sc->dk_pre, (size_t)N * d->KVD);
+        rmsnorm_backward(sc->dq_pre, bp->dqn, sc->dq, a->q_pre, bp->qn, a->q_rstd, N * d->H, d->D);
+        rmsnorm_backward(sc->dk_pre, bp->dkn, sc->dk, a->k_pre, bp->kn, a->k_rstd, N * d->KVH, d->D);
+        dq = sc->dq_pre; dk = sc->dk_pre;
+    }
+    zero(sc->dln, (size_t)N * C);
+    proj_backward(m, bp, layer, PROJ_Q, sc->dln, dq, a->ln1, a->xa[PROJ_Q], N);
+    proj_backward(m, bp, layer, PROJ_K, sc->dln, dk, a->ln1, a->xa[PROJ_K], N);
+    proj_backward(m, bp, layer, PROJ_V, sc->dln, sc->dv, a->ln1, a->xa[PROJ_V], N);
+    rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C);
+}

@@ -1,0 +1,153 @@
+/* lora.c: one linear projection of a block as training sees it: the frozen
+ * or fully trainable base (W x + b), plus MLX-LM's LoRA branch
+ * scale * ((dropout(x) @ A) @ B), or DoRA's magnitude rescaling
+ * (m / stop_grad(||W + scale (AB)^T||_row)) * (W x + scale (x A) B) + b.
+ * Dropout masks are regenerated from a counter-based hash of
+ * (step seed, layer, projection, element), never stored. DoRA's adapted row
+ * norms are computed without the (out x in) matrix:
+ *   ||w_o + s (AB)[:,o]||^2 = ||w_o||^2 + 2 s ((W A) B)[o,o] + s^2 B[:,o]^T (A^T A) B[:,o]. */
+#include "model/model_internal.h"
+#include "kernels/matmul.h"
+#include <math.h>
+#include <string.h>
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* 1/(1-p) where the element is kept, 0 where dropped. */
+static inline float drop_factor(uint64_t stream, size_t i, float p, float keep_scale) {
+    uint64_t h = mix64(stream + (uint64_t)i * 0x9e3779b97f4a7c15ull);
+    float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+    return u < p ? 0.0f : keep_scale;
+}
+
+static uint64_t drop_stream(const Model *m, int layer, int p) {
+    return mix64(m->dropout_seed ^ mix64(((uint64_t)layer << 8) + (uint64_t)p + 1));
+}
+
+/* dst = src * mask (elementwise), or dst += src * mask when accumulate. */
+static void apply_dropout(const Model *m, int layer, int p, float *dst, const float *src, size_t n, bool accumulate) {
+    float pr = m->spec.lora_dropout, ks = 1.0f / (1.0f - pr);
+    uint64_t st = drop_stream(m, layer, p);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float f = drop_factor(st, i, pr, ks);
+        if (accumulate) dst[i] += src[i] * f; else dst[i] = src[i] * f;
+    }
+}
+
+static const float *proj_bias(const BlockParams *bp, int p) { return p <= PROJ_V ? bp->bias[p] : NULL; }
+
+void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
+                  float *out, const float *x, float *xa, int N, bool skip_base) {
+    int in, od; proj_shape(&m->d, p, &in, &od);
+    bool adapted = bp->adapted >> p & 1u;
+    bool dora = adapted && bp->dm[p];
+    const float *bias = proj_bias(bp, p);
+    if (!skip_base) linear_forward(out, x, bp->w[p], bp->wt[p], dora ? NULL : bias, N, in, od);
+    if (!adapted) return;
+    int r = m->d.r;
+    const float *xs = x;
+    if (m->d.dropout) {
+        apply_dropout(m, layer, p, m->ls.drop_x, x, (size_t)N * in, false);
+        xs = m->ls.drop_x;
+    }
+    gemm_f32(xa, xs, bp->la[p], N, r, in, false, false, 1.0f, 0.0f);
+    if (skip_base) return;
+    gemm_f32(out, xa, bp->lb[p], N, od, r, false, false, m->spec.lora_scale, 1.0f);
+    if (dora) {
+        const float *mg = bp->dm[p], *nr = bp->dnorm[p];
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float *row = out + (size_t)n * od;
+            for (int o = 0; o < od; o++) row[o] = row[o] * (mg[o] / nr[o]) + (bias ? bias[o] : 0.0f);
+        }
+    }
+}
+
+void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
+                   float *dx, const float *dout, const float *x, const float *xa, int N) {
+    int in, od; proj_shape(&m->d, p, &in, &od);
+    bool adapted = bp->adapted >> p & 1u;
+    bool dora = adapted && bp->dm[p];
+    int r = m->d.r;
+    float scale = m->spec.lora_scale;
+    const float *dy = dout;
+    if (dora) {
+        /* rebuild the unscaled output y = W x + s (xA) B, then
+         * dm[o] += sum_n dout[n,o] y[n,o] / norm[o], dy = dout * m / norm */
+        float *y = m->sc.ylin;
+        linear_forward(y, x, bp->w[p], bp->wt[p], NULL, N, in, od);
+        gemm_f32(y, xa, bp->lb[p], N, od, r, false, false, scale, 1.0f);
+        const float *mg = bp->dm[p], *nr = bp->dnorm[p];
+        float *ddm = bp->ddm[p];
+        #pragma omp parallel for schedule(static)
+        for (int o = 0; o < od; o++) {
+            double s = 0;
+            for (int n = 0; n < N; n++) s += (double)dout[(size_t)n * od + o] * y[(size_t)n * od + o];
+            ddm[o] += (float)(s / nr[o]);
+        }
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < od; o++) y[(size_t)n * od + o] = dout[(size_t)n * od + o] * (mg[o] / nr[o]);
+        dy = y;
+    }
+    float *dbias = p <= PROJ_V ? bp->dbias[p] : NULL;
+    linear_backward(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
+    if (!adapted) return;
+    float *dxa = m->sc.dxa;
+    gemm_f32(bp->dlb[p], xa, dy, r, od, N, true, false, scale, 1.0f);   /* dB += s xa^T dy */
+    gemm_f32(dxa, dy, bp->lb[p], N, r, od, false, true, scale, 0.0f);  /* dxa = s dy B^T */
+    const float *xs = x;
+    if (m->d.dropout) {
+        apply_dropout(m, layer, p, m->ls.drop_x, x, (size_t)N * in, false);
+        xs = m->ls.drop_x;
+    }
+    gemm_f32(bp->dla[p], xs, dxa, in, r, N, true, false, 1.0f, 1.0f);  /* dA += xs^T dxa */
+    if (m->d.dropout) {
+        gemm_f32(m->ls.drop_x, dxa, bp->la[p], N, in, r, false, true, 1.0f, 0.0f);
+        apply_dropout(m, layer, p, dx, m->ls.drop_x, (size_t)N * in, true);
+    } else {
+        gemm_f32(dx, dxa, bp->la[p], N, in, r, false, true, 1.0f, 1.0f); /* dx += dxa A^T */
+    }
+}
+
+void dora_update_norms(Model *m) {
+    if (m->spec.type != TUNE_DORA || m->dora_frozen) return;
+    const Dims *d = &m->d;
+    int r = d->r;
+    float s = m->spec.lora_scale;
+    LoraScratch *ls = &m->ls;
+    for (int l = d->lo; l < d->L; l++) {
+        BlockParams *bp = &m->blocks[l];
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            if (!(bp->adapted >> p & 1u)) continue;
+            int in, od; proj_shape(d, p, &in, &od);
+            const float *A = bp->la[p], *B = bp->lb[p];
+            for (int i = 0; i < in; i++)
+                for (int k = 0; k < r; k++) ls->at[(size_t)k * in + i] = A[(size_t)i * r + k];
+            linear_forward(ls->wa, ls->at, bp->w[p], bp->wt[p], NULL, r, in, od);  /* (W A)^T (r, out) */
+            gemm_f32(ls->g, A, A, r, r, in, true, false, 1.0f, 0.0f);           /* A^T A */
+            gemm_f32(ls->gb, ls->g, B, r, od, r, false, false, 1.0f, 0.0f);      /* (A^T A) B */
+            const float *w2 = bp->wnorm2[p];
+            float *nr = bp->dnorm[p];
+            #pragma omp parallel for schedule(static)
+            for (int o = 0; o < od; o++) {
+                double cross = 0, quad = 0;
+                for (int k = 0; k < r; k++) {
+                    double b = B[(size_t)k * od + o];
+                    cross += (double)ls->wa[(size_t)k * od + o] * b;
+                    quad += (double)ls->gb[(size_t)k * od + o] * b;
+                }
+                double n2 = (double)w2[o] + 2.0 * s * cross + (double)s * s * quad;
+                nr[o] = (float)sqrt(n2 > 0 ? n2 : 0);
+            }
+        }
+    }
+    m->dora_fresh = true;
+}
+
+void model_freeze_dora_norms(Model *m, bool frozen) { m->dora_frozen = frozen; }

@@ -1,0 +1,157 @@
+/* model.c: the whole decoder on one micro-batch: token checks, embedding,
+ * the blocks (frozen ones forward only through two ping-pong residual
+ * buffers; trainable ones saving their activations, or only their input
+ * with gradient checkpointing), final norm, the chunked LM head with
+ * cross-entropy, and the backward pass down to the lowest trainable block.
+ * Also model_loss (eval) and model_logits. */
+#include "model/model_internal.h"
+#include "kernels/ops.h"
+#include "base/error.h"
+#include <string.h>
+
+static int check_batch(const Model *m, const int32_t *tokens, int B, int W, bool shifted) {
+    const Dims *d = &m->d;
+    int T = shifted ? W - 1 : W;
+    if (B <= 0 || T <= 0) return error_set("model: empty batch (%d rows x %d tokens)", B, W);
+    if ((size_t)B * (size_t)T > (size_t)d->N || T > d->T)
+        return error_set("model: batch of %d x %d positions exceeds the planned %d x %d", B, T, d->B, d->T);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < W; j++) {
+            int32_t t = tokens[(size_t)b * W + j];
+            if (t < 0) return error_set("token id %d is negative in batch row %d", t, b);
+            if (t >= d->V) return error_set("token id %d >= vocab size %d in batch row %d", t, d->V, b);
+        }
+    return 0;
+}
+
+/* Input buffer of trainable block l in training mode. */
+static float *train_input(Model *m, int l) {
+    int i = l - m->d.lo;
+    return m->spec.grad_checkpoint ? m->ckpt[i] : m->acts[i].x_in;
+}
+
+/* Embedding and every block on m->ids (B, T). Returns the final residual. */
+static float *forward_blocks(Model *m, int B, int T) {
+    const Dims *d = &m->d;
+    int N = B * T;
+    bool train = d->train, ckpt = m->spec.grad_checkpoint;
+    BlockActs *ws = (train && !ckpt) ? &m->acts[0] : &m->work;
+    float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
+    embedding_forward(x, m->ids, m->embed, m->embed_t, N, d->C);
+    for (int l = 0; l < d->L; l++) {
+        bool tr = train && l >= d->lo;
+        BlockActs a = (tr && !ckpt) ? m->acts[l - d->lo] : *ws;
+        a.x_in = x;
+        float *out;
+        if (train && l + 1 < d->L && l + 1 >= d->lo) out = train_input(m, l + 1);
+        else out = x == m->resid[0] ? m->resid[1] : m->resid[0];
+        block_forward(m, l, &a, out, B, T, false);
+        x = out;
+    }
+    return x;
+}
+
+/* ids, targets and row weights; returns the number of counted targets. */
+static long prepare_targets(Model *m, const int32_t *tokens, int B, int W,
+                            const int32_t *lengths, const int32_t *offsets) {
+    int T = W - 1;
+    long count = 0;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < T; j++) {
+            size_t i = (size_t)b * T + j;
+            m->ids[i] = tokens[(size_t)b * W + j];
+            m->targets[i] = tokens[(size_t)b * W + j + 1];
+            int s = j + 1;
+            bool counted = offsets[b] <= s && s < lengths[b];
+            m->row_weight[i] = counted ? 1.0f : 0.0f;
+            count += counted;
+        }
+    return count;
+}
+
+static int check_common(Model *m) {
+    if (m->d.N == 0) return error_set("model: loaded without batch buffers (max_rows x max_tokens = 0)");
+    return 0;
+}
+
+int model_loss(Model *m, const int32_t *tokens, int B, int W,
+               const int32_t *lengths, const int32_t *offsets,
+               double *loss_sum, long *n_tokens) {
+    TRY(check_common(m));
+    TRY(check_batch(m, tokens, B, W, true));
+    int T = W - 1, N = B * T;
+    long cnt = prepare_targets(m, tokens, B, W, lengths, offsets);
+    *loss_sum = 0; *n_tokens = cnt;
+    if (cnt == 0) return 0;
+    bool drop = m->d.dropout;
+    m->d.dropout = false;
+    dora_update_norms(m);
+    float *x = forward_blocks(m, B, T);
+    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, m->d.C);
+    *loss_sum = lmhead_xent(NULL, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
+                            m->lmhead_scratch, m->d.chunk, N, m->d.C, m->d.V);
+    m->d.dropout = drop;
+    return 0;
+}
+
+int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
+                           const int32_t *lengths, const int32_t *offsets,
+                           float grad_scale, Rng *dropout_rng,
+                           double *loss, long *n_tokens) {
+    const Dims *d = &m->d;
+    if (!d->train) return error_set("model: loaded without training buffers");
+    TRY(check_common(m));
+    TRY(check_batch(m, tokens, B, W, true));
+    if (d->dropout && !dropout_rng) return error_set("model: LoRA dropout needs a random generator");
+    int T = W - 1, N = B * T;
+    long cnt = prepare_targets(m, tokens, B, W, lengths, offsets);
+    *loss = 0; *n_tokens = cnt;
+    if (cnt == 0) return 0;
+    if (grad_scale == 0.0f) {
+        double s; long c;
+        TRY(model_loss(m, tokens, B, W, lengths, offsets, &s, &c));
+        *loss = s / (double)c;
+        return 0;
+    }
+    float w = grad_scale / (float)cnt;
+    for (int i = 0; i < N; i++) m->row_weight[i] *= w;
+    if (d->dropout) m->dropout_seed = rng_next(dropout_rng);
+    dora_update_norms(m);
+
+    float *x = forward_blocks(m, B, T);
+    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, d->C);
+    Scratch *sc = &m->sc;
+    memset(sc->dres, 0, (size_t)N * d->C * sizeof(float));
+    memset(sc->dln, 0, (size_t)N * d->C * sizeof(float));
+    double sum = lmhead_xent(sc->dln, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
+                             m->lmhead_scratch, d->chunk, N, d->C, d->V);
+    *loss = sum / (double)grad_scale;
+    rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C);
+    for (int l = d->L - 1; l >= d->lo; l--) {
+        BlockActs a;
+        if (m->spec.grad_checkpoint) {
+            a = m->work;
+            a.x_in = m->ckpt[l - d->lo];
+            block_forward(m, l, &a, NULL, B, T, true);
+        } else {
+            a = m->acts[l - d->lo];
+        }
+        block_backward(m, l, &a, B, T);
+    }
+    return 0;
+}
+
+int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits) {
+    TRY(check_common(m));
+    TRY(check_batch(m, tokens, B, T, false));
+    int N = B * T;
+    for (int i = 0; i < N; i++) m->ids[i] = tokens[i];
+    bool drop = m->d.dropout;
+    m->d.dropout = false;
+    dora_update_norms(m);
+    float *x = forward_blocks(m, B, T);
+    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, m->d.C);
+    lmhead_logits(logits, m->final_out, m->lm_head, m->lm_head_t, N, m->d.C, m->d.V);
+    m->d.dropout = drop;
+    return 0;
+}

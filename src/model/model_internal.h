@@ -1,0 +1,145 @@
+/* model_internal.h: what the files of src/model share and nobody else sees:
+ * the dimensions of a run, the parameter pointers of one block, one block's
+ * activation set, the backward scratch, and struct Model itself. Every
+ * pointer here is carved by the one layout walk (model_layout.c), so the
+ * memory plan and the real buffers are the same list. */
+#ifndef LT_MODEL_INTERNAL_H
+#define LT_MODEL_INTERNAL_H
+#include "model/model.h"
+#include "formats/safetensors.h"
+
+/* Dimensions of a run (maxima over the micro-batches the spec allows). */
+typedef struct {
+    int C, F, L, H, KVH, D, V;
+    int QD, KVD;          /* H*D, KVH*D */
+    int B, T, N;          /* max rows, max positions, N = B*T */
+    int lo;               /* lowest trainable block (L when none) */
+    int n_train;          /* L - lo */
+    int r;                /* LoRA rank (0 unless LoRA/DoRA) */
+    int chunk;            /* LM-head rows per chunk */
+    int rope_T;           /* rows of the RoPE tables */
+    int dec_rows;         /* rows of one decode step chunk (0: no KV cache) */
+    int kv_T;             /* KV cache positions */
+    bool train;           /* gradients and saved activations exist */
+    bool dropout;         /* training with lora_dropout > 0 */
+    bool qk_norm, bias;
+    DType file_dtype;     /* dtype of the matrices in the file */
+    DType run_dtype;      /* dtype the frozen matrices are used in */
+    bool convert;         /* frozen matrices are converted into the arena */
+} Dims;
+
+int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype);
+/* in/out features of projection p. */
+void proj_shape(const Dims *d, int p, int *in, int *out);
+
+/* Parameters of one block: what forward and backward read. Gradient
+ * pointers are NULL when the tensor is frozen. */
+typedef struct {
+    const void *w[PROJ_COUNT];  /* (out, in) */
+    DType wt[PROJ_COUNT];
+    float *dw[PROJ_COUNT];      /* full fine-tuning */
+    float *bias[3], *dbias[3];  /* q, k, v (attention_bias) */
+    float *ln1, *dln1, *ln2, *dln2;
+    float *qn, *dqn, *kn, *dkn; /* qwen3 q/k norms (D) */
+    float *la[PROJ_COUNT], *dla[PROJ_COUNT];  /* LoRA A (in, r) */
+    float *lb[PROJ_COUNT], *dlb[PROJ_COUNT];  /* LoRA B (r, out) */
+    float *dm[PROJ_COUNT], *ddm[PROJ_COUNT];  /* DoRA magnitude (out) */
+    float *wnorm2[PROJ_COUNT];  /* DoRA: ||W row||^2 of the base (out), fixed */
+    float *dnorm[PROJ_COUNT];   /* DoRA: ||W + scale (AB)^T|| rows (out), per step */
+    unsigned adapted;           /* bitmask of LoRA/DoRA projections */
+} BlockParams;
+
+/* One block's activations ((N, .) rows; x_in points at the block's input). */
+typedef struct {
+    float *x_in;              /* (N, C) */
+    float *ln1, *rstd1;       /* (N, C), (N) */
+    float *q_pre, *k_pre;     /* qwen3: projections before the q/k norm */
+    float *q_rstd, *k_rstd;   /* (N*H), (N*KVH) */
+    float *q, *k, *v;         /* (N, QD), (N, KVD), (N, KVD), after RoPE */
+    float *att, *lse;         /* (N, QD), (B, H, T) */
+    float *x_mid;             /* (N, C) residual after attention */
+    float *ln2, *rstd2;       /* (N, C), (N) */
+    float *gate, *up, *act;   /* (N, F) */
+    float *xa[PROJ_COUNT];    /* (N, r): dropout(x) @ A of adapted projections */
+} BlockActs;
+
+/* Activation gradients of the block in flight, reused by every block. */
+typedef struct {
+    float *dres;              /* (N, C) residual gradient */
+    float *dln;               /* (N, C) */
+    float *datt, *dq, *dk, *dv; /* (N, QD), (N, QD), (N, KVD), (N, KVD) */
+    float *dq_pre, *dk_pre;   /* qwen3 */
+    float *dgate, *dup, *dact; /* (N, F) */
+    float *dxa;               /* (N, r) */
+    float *ylin;              /* DoRA: (N, max out) unscaled output */
+    float *attn_ws;           /* attention workspace */
+} Scratch;
+
+/* Shared by forward and backward of LoRA/DoRA. */
+typedef struct {
+    float *drop_x;            /* (N, max in): dropout(x), dropout > 0 only */
+    float *at, *wa, *g, *gb;  /* DoRA norms: A^T (r, in), (W A)^T (r, out), A^T A (r, r), (A^T A) B (r, out) */
+} LoraScratch;
+
+struct Model {
+    ModelConfig cfg;
+    ModelSpec spec;
+    Dims d;
+    StModel st;
+    bool st_open;
+    Arena *arena;
+
+    const void *embed;        /* (V, C) */
+    DType embed_t;
+    const void *lm_head;      /* (V, C): embed when tied */
+    DType lm_head_t;
+    float *final_norm;        /* (C) */
+    BlockParams *blocks;      /* (L) heap */
+
+    TrainableTensor *trainables; /* heap list */
+    size_t n_trainables;
+    float *train_values, *train_grads; /* one arena block each */
+    size_t train_floats;
+
+    float *rope_cos, *rope_sin;  /* (rope_T, D/2) */
+    float *resid[2];          /* (N, C) ping-pong */
+    BlockActs *acts;          /* (n_train) without checkpointing */
+    float **ckpt;             /* (n_train) block inputs with checkpointing */
+    BlockActs work;           /* recompute set / forward workspace */
+    Scratch sc;
+    LoraScratch ls;
+    float *final_out, *final_rstd;   /* (N, C), (N) */
+    int *ids, *targets;       /* (N) */
+    float *row_weight;        /* (N) */
+    float *lmhead_scratch;
+    void *mm_scratch;
+    size_t mm_scratch_bytes;
+
+    /* KV cache */
+    float *kcache, *vcache;   /* (L, kv_T, KVD) */
+    BlockActs dec;            /* (dec_rows) workspace */
+    float *dec_x, *dec_x2, *dec_scores; /* (dec_rows, C) x2, (H, kv_T) */
+    int dec_len;              /* positions filled */
+
+    uint64_t dropout_seed;
+    bool dora_fresh;
+    bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */          /* dnorm matches the current adapter */
+};
+
+/* The one layout walk: fills m's pointers (allocation mode) or only records
+ * (planning mode, m may be a scratch Model). m->d must be set. */
+int layout_walk(Model *m, const ModelSpec *spec, Carver *cv);
+
+/* lora.c: an adapted projection. */
+void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
+                  float *out, const float *x, float *xa, int N, bool skip_base);
+void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
+                   float *dx, const float *dout, const float *x, const float *xa, int N);
+void dora_update_norms(Model *m);
+
+/* block.c */
+void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,
+                   int B, int T, bool recompute);
+void block_backward(Model *m, int layer, const BlockActs *a, int B, int T);
+/* decode.c */
+#endif

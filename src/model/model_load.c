@@ -1,0 +1,222 @@
+/* model_load.c: opening a model directory for a spec: config.json, every
+ * tensor checked against the config (name, shape, dtype), the arena carved
+ * through the layout walk, frozen weights pointed into the mapped file or
+ * converted into the arena, norms and biases converted to fp32, RoPE tables,
+ * DoRA base row norms. Also the trainable-tensor list, its initialisation
+ * (MLX-LM's LoRA init, DoRA magnitudes, full fine-tuning masters) and the
+ * small accessors. */
+#include "model/model_internal.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "formats/model_tensors.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+const ModelConfig *model_config(const Model *m) { return &m->cfg; }
+const ModelSpec *model_spec(const Model *m) { return &m->spec; }
+
+size_t model_trainables(Model *m, TrainableTensor **list) {
+    *list = m->trainables;
+    return m->n_trainables;
+}
+
+void model_zero_grad(Model *m) {
+    if (m->train_grads) memset(m->train_grads, 0, m->train_floats * sizeof(float));
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    if (m->st_open) st_model_close(&m->st);
+    mem_free(m->blocks);
+    mem_free(m->trainables);
+    mem_free(m->acts);
+    mem_free(m->ckpt);
+    mem_free(m);
+}
+
+/* Converts n elements between F32/BF16/F16, in parallel chunks. */
+static void convert(void *dst, DType dt, const void *src, DType st, size_t n) {
+    enum { CH = 4096 };
+    size_t nch = (n + CH - 1) / CH;
+    size_t ss = st == DTYPE_F32 ? 4 : 2, ds = dt == DTYPE_F32 ? 4 : 2;
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nch; c++) {
+        float buf[CH];
+        size_t b = c * CH, k = n - b < CH ? n - b : CH;
+        dtype_to_f32(buf, (const char *)src + b * ss, st, k);
+        dtype_from_f32((char *)dst + b * ds, dt, buf, k);
+    }
+}
+
+static int tensor_1d(Model *m, const char *name, int64_t n, const StTensor **t) {
+    return st_model_expect(&m->st, name, 1, &n, t);
+}
+
+/* A matrix: shape checked, and every matrix must share the file's dtype
+ * because the memory plan is made for one dtype. */
+static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, const StTensor **t) {
+    int64_t shape[2] = {rows, cols};
+    TRY(st_model_expect(&m->st, name, 2, shape, t));
+    if ((*t)->dtype != m->d.file_dtype)
+        return error_set("%s: tensor %s has dtype %s but the other matrices are %s", m->st.dir, name,
+                         dtype_name((*t)->dtype), dtype_name(m->d.file_dtype));
+    return 0;
+}
+
+static int load_small(Model *m, const char *name, int64_t n, float *dst) {
+    const StTensor *t;
+    TRY(tensor_1d(m, name, n, &t));
+    if (dst) dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
+    return 0;
+}
+
+static int load_matrix(Model *m, const char *name, int64_t rows, int64_t cols, const void **w, DType *wt, bool converted) {
+    const StTensor *t;
+    TRY(tensor_2d(m, name, rows, cols, &t));
+    if (!w) return 0;
+    if (converted) {
+        convert((void *)*w, m->d.run_dtype, t->data, t->dtype, (size_t)rows * cols);
+        *wt = m->d.run_dtype;
+    } else {
+        *w = t->data;
+        *wt = t->dtype;
+    }
+    return 0;
+}
+
+static int load_weights(Model *m, bool check_only) {
+    const Dims *d = &m->d;
+    bool none = check_only;
+    char nm[160];
+    TRY(load_matrix(m, "model.embed_tokens.weight", d->V, d->C, none ? NULL : &m->embed, &m->embed_t, d->convert));
+    if (m->cfg.tie_word_embeddings) {
+        m->lm_head = m->embed; m->lm_head_t = m->embed_t;
+    } else {
+        TRY(load_matrix(m, "lm_head.weight", d->V, d->C, none ? NULL : &m->lm_head, &m->lm_head_t, d->convert));
+    }
+    TRY(load_small(m, "model.norm.weight", d->C, none ? NULL : m->final_norm));
+    for (int l = 0; l < d->L; l++) {
+        BlockParams *bp = &m->blocks[l];
+        bool full = none || (m->spec.type == TUNE_FULL && l >= d->lo);
+        /* full fine-tuning blocks: checked here, copied at model_init_trainables */
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            int in, out; proj_shape(d, p, &in, &out);
+            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
+            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p], &bp->wt[p], d->convert));
+            if (d->bias && p <= PROJ_V) {
+                snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
+                TRY(load_small(m, nm, out, full ? NULL : bp->bias[p]));
+            }
+        }
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1));
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2));
+        if (d->qk_norm) {
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+            TRY(load_small(m, nm, d->D, full ? NULL : bp->qn));
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+            TRY(load_small(m, nm, d->D, full ? NULL : bp->kn));
+        }
+    }
+    return 0;
+}
+
+/* ||W row||^2 of each DoRA-adapted base matrix, in the dtype it is used in. */
+static void dora_base_norms(Model *m) {
+    if (m->spec.type != TUNE_DORA) return;
+    const Dims *d = &m->d;
+    for (int l = d->lo; l < d->L; l++) {
+        BlockParams *bp = &m->blocks[l];
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            if (!(bp->adapted >> p & 1u)) continue;
+            int in, out; proj_shape(d, p, &in, &out);
+            const void *w = bp->w[p];
+            DType wt = bp->wt[p];
+            float *dst = bp->wnorm2[p];
+            #pragma omp parallel for schedule(static)
+            for (int o = 0; o < out; o++) {
+                double s = 0;
+                for (int i = 0; i < in; i++) {
+                    size_t k = (size_t)o * in + i;
+                    double v = wt == DTYPE_F32 ? ((const float *)w)[k] : bf16_to_f32(((const uint16_t *)w)[k]);
+                    s += v * v;
+                }
+                dst[o] = (float)s;
+            }
+        }
+    }
+}
+
+int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena *arena) {
+    *out = NULL;
+    Model *m = mem_calloc(1, sizeof *m);
+    if (!m) return -1;
+    m->spec = *spec;
+    m->arena = arena;
+    char *cfg_path = path_join(model_dir, "config.json");
+    if (!cfg_path) goto fail;
+    int rc = hf_config_load(&m->cfg, cfg_path);
+    mem_free(cfg_path);
+    if (rc < 0) goto fail;
+    if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
+    m->st_open = true;
+    const StTensor *e = st_model_find(&m->st, "model.embed_tokens.weight");
+    if (!e) { error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); goto fail; }
+    if (dims_init(&m->d, &m->cfg, spec, e->dtype) < 0) goto fail;
+    m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
+    if (!m->blocks) goto fail;
+    /* every tensor checked before a byte of the arena is used */
+    if (model_check_tensors(&m->cfg, &m->st) < 0) goto fail;
+    if (load_weights(m, true) < 0) goto fail;
+    Carver cv = {arena, NULL};
+    if (layout_walk(m, spec, &cv) < 0) goto fail;
+    if (load_weights(m, false) < 0) goto fail;
+    if (m->d.rope_T > 0)
+        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    dora_base_norms(m);
+    if (m->d.convert) {
+        /* the file's pages were read once for the conversion; let the kernel drop them */
+        for (size_t i = 0; i < m->st.n_files; i++) {
+            const MappedFile *mf = &m->st.files[i].map;
+            if (mf->data && mf->size) madvise((void *)mf->data, mf->size, MADV_DONTNEED);
+        }
+    }
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+int model_init_trainables(Model *m, Rng *rng) {
+    const Dims *d = &m->d;
+    if (m->spec.type == TUNE_FULL) {
+        for (size_t i = 0; i < m->n_trainables; i++) {
+            TrainableTensor *t = &m->trainables[i];
+            const StTensor *s = st_model_find(&m->st, t->name);
+            if (!s || s->nelem != t->numel) return error_set("%s: tensor %s is missing", m->st.dir, t->name);
+            dtype_to_f32(t->value, s->data, s->dtype, t->numel);
+        }
+        return 0;
+    }
+    for (int l = d->lo; l < d->L; l++) {
+        BlockParams *bp = &m->blocks[l];
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            if (!(bp->adapted >> p & 1u)) continue;
+            int in, out; proj_shape(d, p, &in, &out);
+            float bound = 1.0f / sqrtf((float)in);
+            for (size_t k = 0; k < (size_t)in * d->r; k++) bp->la[p][k] = rng_uniform_range(rng, -bound, bound);
+            memset(bp->lb[p], 0, (size_t)d->r * out * sizeof(float));
+            if (bp->dm[p])
+                for (int o = 0; o < out; o++) bp->dm[p][o] = sqrtf(bp->wnorm2[p][o]);
+        }
+    }
+    m->dora_fresh = false;
+    return 0;
+}

@@ -1,0 +1,347 @@
+"""Plain-PyTorch reference of the Hugging Face decoder families llama, mistral,
+qwen2 and qwen3, with MLX-LM's LoRA and full fine-tuning, the masked loss and
+MLX's optimizers. Independent of the C engine: written from the HF modelling
+code and MLX-LM's tuner, with no `transformers` import (not installed).
+
+Used by tests/ref/gen_refs.py (float64 reference values checked into
+tests/ref/data/) and by bench/torch_*.py (the PyTorch speed baseline, fp32).
+
+Conventions
+- Weights come as a dict of HF names -> tensors (any dtype). They are upcast to
+  `compute_dtype` (float64 for the references, float32 for the benchmark).
+- RMSNorm as HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w.
+- RoPE as HF: rotate_half, inv_freq = 1 / theta^(arange(0, D, 2) / D), optional
+  llama3 rope_scaling (HF `_compute_llama3_parameters`). Positions 0..T-1.
+- Causal GQA attention, scale 1/sqrt(head_dim), written with matmul + mask +
+  softmax (query head h reads kv head h // (H / KVH), as HF `repeat_kv`).
+  There is no padding mask: rows are right-padded, so pads never reach earlier
+  positions (as in MLX-LM).
+- qwen3: q_norm / k_norm are RMSNorms over head_dim applied per head BEFORE RoPE.
+- qwen2: q/k/v always carry a bias. llama/qwen3: only if `attention_bias`.
+- LoRA (MLX-LM math): y = W x + b + scale * ((x @ A) @ B), A (in, r), B (r, out),
+  no dropout. Adapter names: model.layers.{i}.{key}.lora_a / .lora_b.
+  A "peft" convention is also available for the export check:
+  y = W x + b + (alpha / r) * (x @ A_peft^T) @ B_peft^T, A_peft (r, in), B_peft (out, r).
+- Full fine-tuning: every parameter of the last N blocks is trainable
+  (norms, projections, biases, q/k norms); embeddings, final norm, lm_head frozen.
+- Loss: inputs = tokens[:, :-1], targets = tokens[:, 1:]; position j counts iff
+  s = j + 1 satisfies offset <= s < length (strictly less: MLX-LM's `<=`
+  counts the first pad, an off-by-one we fix); loss = sum CE / number counted.
+
+bf16 weights
+- bf16_mode="emulate" (references): every weight is upcast exactly to
+  compute_dtype. To emulate the C engine, which feeds bf16-rounded activations
+  to oneDNN's bf16 matmul with fp32 accumulation, the INPUT of every linear whose
+  weight was bf16 in the file and is frozen (the LM head included) is rounded to
+  bf16 before the product, x.to(bfloat16).to(float64), in the forward pass
+  only: the backward pass treats the rounding as the identity. The LoRA branch
+  sees the unrounded input. Trainable weights (full fine-tuning) start from the
+  exact bf16 value and are not rounded again. The embedding is a lookup (exact).
+- bf16_mode="stream" (benchmark): frozen bf16 weights stay bf16 in memory and
+  are upcast to fp32 on the fly inside each matmul (forward and backward, see
+  `_FrozenBF16Linear`), so compute is fp32 and no fp32 copy of a frozen weight
+  is kept alive by autograd. Trainable weights are fp32 masters.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+LINEAR_KEYS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+               "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+               "mlp.down_proj")
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class _RoundToBF16(torch.autograd.Function):
+    """Forward: round to the nearest bf16 and back. Backward: identity."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _FrozenBF16Linear(torch.autograd.Function):
+    """y = x @ W^T with W frozen and stored in bf16; compute in x's dtype.
+    Saves only the bf16 weight; the upcast copy is transient in both passes."""
+
+    @staticmethod
+    def forward(ctx, x, weight_bf16):
+        ctx.save_for_backward(weight_bf16)
+        return F.linear(x, weight_bf16.to(x.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (weight_bf16,) = ctx.saved_tensors
+        return grad @ weight_bf16.to(grad.dtype), None
+
+
+def rms_norm(x, weight, eps):
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(variance + eps) * weight
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_inv_freq(config, head_dim, dtype=torch.float64):
+    theta = float(config.get("rope_theta", 10000.0))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    scaling = config.get("rope_scaling")
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "default":
+            pass
+        elif kind == "llama3":  # HF _compute_llama3_parameters
+            factor = float(scaling["factor"])
+            low_freq_factor = float(scaling["low_freq_factor"])
+            high_freq_factor = float(scaling["high_freq_factor"])
+            old_context_len = float(scaling["original_max_position_embeddings"])
+            low_freq_wavelen = old_context_len / low_freq_factor
+            high_freq_wavelen = old_context_len / high_freq_factor
+            wavelen = 2 * math.pi / inv_freq
+            inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+            smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+            is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+            inv_freq = torch.where(is_medium, smoothed, inv_freq_llama)
+        else:
+            raise ValueError(f"unsupported rope_scaling type {kind!r}")
+    return inv_freq.to(dtype)
+
+
+def rope_cos_sin(config, head_dim, T, dtype):
+    inv_freq = rope_inv_freq(config, head_dim, torch.float64)
+    pos = torch.arange(T, dtype=torch.float64)
+    freqs = torch.outer(pos, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+class DecoderLM:
+    """A HF llama/mistral/qwen2/qwen3 decoder as plain tensors.
+
+    weights: HF name -> tensor. fine_tune: None | ("lora", num_layers) | ("full", num_layers).
+    """
+
+    def __init__(self, config, weights, compute_dtype=torch.float64, bf16_mode="emulate"):
+        mt = config.get("model_type")
+        if mt not in SUPPORTED_TYPES:
+            raise ValueError(f"unsupported model_type {mt!r}")
+        self.config = config
+        self.model_type = mt
+        self.C = int(config["hidden_size"])
+        self.L = int(config["num_hidden_layers"])
+        self.H = int(config["num_attention_heads"])
+        self.KVH = int(config.get("num_key_value_heads") or self.H)
+        self.D = int(config.get("head_dim") or self.C // self.H)
+        self.V = int(config["vocab_size"])
+        self.eps = float(config.get("rms_norm_eps", 1e-6))
+        self.tied = bool(config.get("tie_word_embeddings", False))
+        self.qk_norm = mt == "qwen3"
+        self.attn_bias = mt == "qwen2" or bool(config.get("attention_bias", False))
+        if config.get("mlp_bias"):
+            raise ValueError("mlp_bias is not supported")
+        self.dtype = compute_dtype
+        self.bf16_mode = bf16_mode
+        self.params = {}
+        self.was_bf16 = set()
+        for name, t in weights.items():
+            if t.dtype == torch.bfloat16:
+                self.was_bf16.add(name)
+                if bf16_mode == "stream":
+                    self.params[name] = t
+                    continue
+            self.params[name] = t.to(compute_dtype)
+        self.trainable = {}  # name -> leaf tensor (requires_grad)
+        self.lora = {}       # "model.layers.i.key" -> (A, B, scale, convention)
+        self.trainable_layers = set()
+        self.checkpoint_blocks = False
+        self.round_inputs = bf16_mode == "emulate"  # can be switched off for finite differences
+
+    # ---- trainable parameters -------------------------------------------------
+    def _lowest(self, num_layers):
+        if num_layers > self.L:
+            raise ValueError("num_layers > number of layers")
+        n = self.L if num_layers <= 0 else num_layers
+        return self.L - n
+
+    def set_full(self, num_layers):
+        for i in range(self._lowest(num_layers), self.L):
+            self.trainable_layers.add(i)
+            prefix = f"model.layers.{i}."
+            for name in list(self.params):
+                if name.startswith(prefix):
+                    t = self.params[name]
+                    t = t.to(self.dtype).clone().requires_grad_(True)
+                    self.params[name] = t
+                    self.trainable[name] = t
+
+    def set_lora(self, num_layers, keys, rank, scale, adapters=None, generator=None):
+        """adapters: optional dict of MLX names -> tensors; else MLX init
+        (A uniform +-1/sqrt(in), B zero)."""
+        for i in range(self._lowest(num_layers), self.L):
+            self.trainable_layers.add(i)
+            for key in keys:
+                base = f"model.layers.{i}.{key}"
+                W = self.params[base + ".weight"]
+                out_f, in_f = W.shape
+                if adapters is not None:
+                    A = adapters[base + ".lora_a"].to(self.dtype).clone()
+                    B = adapters[base + ".lora_b"].to(self.dtype).clone()
+                else:
+                    bound = 1.0 / math.sqrt(in_f)
+                    A = (torch.rand(in_f, rank, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+                    A = A.to(self.dtype)
+                    B = torch.zeros(rank, out_f, dtype=self.dtype)
+                A.requires_grad_(True)
+                B.requires_grad_(True)
+                self.lora[base] = (A, B, float(scale), "mlx")
+                self.trainable[base + ".lora_a"] = A
+                self.trainable[base + ".lora_b"] = B
+
+    def set_lora_peft(self, peft_tensors, alpha, rank):
+        """PEFT convention (frozen, for the export check). peft_tensors: HF PEFT names."""
+        for name, A in peft_tensors.items():
+            if not name.endswith(".lora_A.weight"):
+                continue
+            base = name[len("base_model.model."):-len(".lora_A.weight")]
+            B = peft_tensors[name.replace("lora_A", "lora_B")]
+            self.lora[base] = (A.to(self.dtype), B.to(self.dtype), float(alpha) / rank, "peft")
+
+    # ---- forward --------------------------------------------------------------
+    def _w(self, name):
+        t = self.params[name]
+        return t if t.dtype == self.dtype else t.to(self.dtype)
+
+    def linear(self, x, base, has_bias=False):
+        W = self.params[base + ".weight"]
+        frozen = not W.requires_grad
+        if W.dtype == torch.bfloat16:  # "stream" mode: frozen bf16 storage
+            y = _FrozenBF16Linear.apply(x, W)
+        else:
+            xin = x
+            if frozen and self.round_inputs and (base + ".weight") in self.was_bf16:
+                xin = _RoundToBF16.apply(x)
+            y = F.linear(xin, W)
+        if has_bias:
+            y = y + self._w(base + ".bias")
+        lo = self.lora.get(base)
+        if lo is not None:
+            A, B, scale, conv = lo
+            if conv == "mlx":
+                y = y + scale * ((x @ A) @ B)
+            else:
+                y = y + scale * ((x @ A.t()) @ B.t())
+        return y
+
+    def block(self, i, h, cos, sin):
+        p = f"model.layers.{i}."
+        Bsz, T, _ = h.shape
+        H, KVH, D = self.H, self.KVH, self.D
+        x = rms_norm(h, self._w(p + "input_layernorm.weight"), self.eps)
+        q = self.linear(x, p + "self_attn.q_proj", self.attn_bias).view(Bsz, T, H, D)
+        k = self.linear(x, p + "self_attn.k_proj", self.attn_bias).view(Bsz, T, KVH, D)
+        v = self.linear(x, p + "self_attn.v_proj", self.attn_bias).view(Bsz, T, KVH, D)
+        if self.qk_norm:
+            q = rms_norm(q, self._w(p + "self_attn.q_norm.weight"), self.eps)
+            k = rms_norm(k, self._w(p + "self_attn.k_norm.weight"), self.eps)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = H // KVH
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))  # (B, H, T, T)
+        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(causal, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        att = (probs @ v).transpose(1, 2).reshape(Bsz, T, H * D)
+        h = h + self.linear(att, p + "self_attn.o_proj")
+        x = rms_norm(h, self._w(p + "post_attention_layernorm.weight"), self.eps)
+        g = self.linear(x, p + "mlp.gate_proj")
+        u = self.linear(x, p + "mlp.up_proj")
+        return h + self.linear(F.silu(g) * u, p + "mlp.down_proj")
+
+    def logits(self, inputs):
+        """inputs: (B, T) int64 -> logits (B, T, V) in compute dtype."""
+        T = inputs.shape[1]
+        h = self._w("model.embed_tokens.weight")[inputs] if self.bf16_mode != "stream" else \
+            self.params["model.embed_tokens.weight"][inputs].to(self.dtype)
+        cos, sin = rope_cos_sin(self.config, self.D, T, self.dtype)
+        for i in range(self.L):
+            if self.checkpoint_blocks and i in self.trainable_layers:
+                h = torch.utils.checkpoint.checkpoint(self.block, i, h, cos, sin, use_reentrant=False)
+            else:
+                h = self.block(i, h, cos, sin)
+        h = rms_norm(h, self._w("model.norm.weight"), self.eps)
+        head = "model.embed_tokens" if self.tied else "lm_head"
+        return self.linear(h, head)
+
+
+def loss_mask(tokens, lengths, offsets):
+    """(B, W-1) bool: target j counts iff offset <= j+1 < length."""
+    W = tokens.shape[1]
+    s = torch.arange(1, W)
+    return (s[None, :] >= offsets[:, None]) & (s[None, :] < lengths[:, None])
+
+
+def masked_loss(logits, tokens, lengths, offsets):
+    """Returns (loss, ntokens). logits (B, W-1, V) for inputs tokens[:, :-1]."""
+    targets = tokens[:, 1:].long()
+    mask = loss_mask(tokens, lengths, offsets)
+    V = logits.shape[-1]
+    ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none")
+    ce = ce.view(targets.shape)
+    ntok = int(mask.sum())
+    return (ce * mask.to(ce.dtype)).sum() / ntok, ntok
+
+
+def forward_loss(model, tokens, lengths, offsets):
+    tokens = tokens.long()
+    logits = model.logits(tokens[:, :-1])
+    loss, ntok = masked_loss(logits, tokens, lengths.long(), offsets.long())
+    return loss, ntok, logits
+
+
+class AdamMLX:
+    """MLX Adam defaults: no bias correction.
+    m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * m / (sqrt(v) + eps)."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.b1, self.b2, self.eps = list(params), lr, betas[0], betas[1], eps
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self):
+        for p, m, v in zip(self.params, self.m, self.v):
+            g = p.grad
+            m.mul_(self.b1).add_(g, alpha=1 - self.b1)
+            v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+            p.addcdiv_(m, v.sqrt().add_(self.eps), value=-self.lr)
+            p.grad = None
+
+
+class SGDMLX:
+    """MLX SGD with momentum, dampening 0, no nesterov, no weight decay:
+    v = momentum v + g; w -= lr v."""
+
+    def __init__(self, params, lr, momentum=0.0):
+        self.params, self.lr, self.momentum = list(params), lr, momentum
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self):
+        for p, v in zip(self.params, self.v):
+            v.mul_(self.momentum).add_(p.grad)
+            p.add_(v, alpha=-self.lr)
+            p.grad = None
