@@ -13,7 +13,9 @@
 #include "data/dataset.h"
 
 typedef struct {
-    int rows;           /* this worker's rows (<= batch_size / world) */
+    int rows;           /* this worker's rows (<= batch_size / world); the last,
+                           smaller batch can leave a worker with 0 rows when
+                           world > 1: it then contributes no tokens */
     int width;          /* W: padded row width; the model sees T = W - 1 inputs */
     int32_t *tokens;    /* (rows, width), right-padded with 0 */
     int32_t *lengths;   /* (rows): min(len, max_seq_length) */
@@ -35,7 +37,7 @@ typedef struct {
     int n_batches;
     int *order;         /* (n_batches) batch order of the current epoch */
     BatchCursor cursor;
-    bool warned;        /* truncation warning printed once per batch width */
+    bool warned;        /* truncation warning printed (once per iterator) */
     Batch batch;        /* buffers sized for the widest batch */
 } BatchIter;
 
@@ -46,6 +48,18 @@ int batch_iter_init(BatchIter *it, const Dataset *d, int batch_size, int max_seq
 /* 1: *out points at the next batch; 0: end of the pass (eval only). */
 int batch_iter_next(BatchIter *it, Batch **out);
 void batch_iter_free(BatchIter *it);
+/* Restores a saved cursor (it->cursor of an iterator built with the same
+ * data, batch size and world): the next batches are those the saved one
+ * would have given. */
+int batch_iter_set_cursor(BatchIter *it, const BatchCursor *c);
+/* Loss targets of one row: steps s with offset <= s < length (s >= 1).
+ * MLX-LM counts s <= length, one padding target too many per row. */
+long batch_row_loss_tokens(int32_t offset, int32_t length);
+/* MLX-LM's truncation warning, without the newline. */
+void batch_truncation_warning(char *buf, size_t size, int max_seq_length, size_t longest);
+/* Share of padded cells over one epoch of batches (world 1): with the real
+ * length sort, or in file order (what MLX-LM does because of its bug). */
+double batch_padding_share(const Dataset *d, int batch_size, int max_seq, bool sorted);
 /* Widest padded width any batch of this data set will have (for the plan). */
 int batch_max_width(const Dataset *d, int batch_size, int max_seq_length);
 /* Bytes of the batch buffers (for the plan). */

