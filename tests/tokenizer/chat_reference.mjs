@@ -25,7 +25,7 @@ function tokenOf(config, key) {
 
 const results = [];
 for (const t of spec.templates) {
-  const config = JSON.parse(readFileSync(resolve(root, t.config), "utf8"));
+  const config = t.config ? JSON.parse(readFileSync(resolve(root, t.config), "utf8")) : t;
   const template = new Template(templateSource(t));
   for (const c of spec.cases) {
     if (c.templates && !c.templates.includes(t.name)) continue;
@@ -35,6 +35,7 @@ for (const t of spec.templates) {
       bos_token: tokenOf(config, "bos_token"),
       eos_token: tokenOf(config, "eos_token"),
       ...(c.tools ? { tools: c.tools } : {}),
+      ...(t.extra ?? {}),
       ...(c.extra ?? {}),
     };
     try {

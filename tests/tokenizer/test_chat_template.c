@@ -52,7 +52,8 @@ static int compare(const char *ref_path) {
     json_t *t;
     json_array_foreach(json_object_get(spec, "templates"), idx, t) {
         const char *tname = json_string_value(json_object_get(t, "name"));
-        json_t *config = json_load_file(json_string_value(json_object_get(t, "config")), JSON_DECODE_INT_AS_REAL, &jerr);
+        const char *config_path = json_string_value(json_object_get(t, "config"));
+        json_t *config = config_path ? json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &jerr) : json_incref(t);
         CHECK_MSG(config != NULL, "%s: %s", tname, jerr.text);
         if (!config) continue;
         char *source = NULL;
@@ -85,6 +86,7 @@ static int compare(const char *ref_path) {
             json_object_set_new(ctx, "bos_token", token_of(config, "bos_token"));
             json_object_set_new(ctx, "eos_token", token_of(config, "eos_token"));
             if (json_object_get(cs, "tools")) json_object_set(ctx, "tools", json_object_get(cs, "tools"));
+            if (json_object_get(t, "extra")) json_object_update(ctx, json_object_get(t, "extra"));
             if (json_object_get(cs, "extra")) json_object_update(ctx, json_object_get(cs, "extra"));
             char *out = NULL;
             size_t len = 0;
