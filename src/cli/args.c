@@ -596,3 +596,38 @@ int train_args_parse(TrainArgs *a, int argc, char **argv) {
     if (!a->model) return error_set("--model is required (a model directory)");
     return 0;
 }
+
+int train_args_model_spec(const TrainArgs *a, const ModelConfig *cfg, int rows, int max_width, ModelSpec *spec) {
+    memset(spec, 0, sizeof *spec);
+    if (!strcmp(a->fine_tune_type, "lora")) spec->type = TUNE_LORA;
+    else if (!strcmp(a->fine_tune_type, "dora")) spec->type = TUNE_DORA;
+    else spec->type = TUNE_FULL;
+    int L = cfg->num_hidden_layers;
+    if (a->num_layers > L)
+        return error_set("Requested to train %d layers but the model only has %d layers.", a->num_layers, L);
+    spec->num_layers = a->num_layers <= 0 ? -1 : a->num_layers;
+    spec->lora_rank = a->lora.rank;
+    spec->lora_scale = (float)a->lora.scale;
+    spec->lora_dropout = (float)a->lora.dropout;
+    if (a->lora.n_keys == 0) {
+        spec->lora_keys = PROJ_ALL;   /* MLX-LM since PR #515: every linear of a block */
+    } else {
+        for (int k = 0; k < a->lora.n_keys; k++) {
+            int p = 0;
+            while (p < PROJ_COUNT && strcmp(PROJ_KEYS[p], a->lora.keys[k])) p++;
+            if (p == PROJ_COUNT)
+                return error_set("lora_parameters.keys: \"%s\" is not a linear layer of a block (expected "
+                                 "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
+                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj)", a->lora.keys[k]);
+            spec->lora_keys |= 1u << p;
+        }
+    }
+    spec->grad_checkpoint = a->grad_checkpoint;
+    spec->max_rows = rows;
+    spec->max_tokens = max_width - 1;
+    if (!strcmp(a->weights_dtype, "bf16")) spec->weight_dtype = DTYPE_BF16;
+    else if (!strcmp(a->weights_dtype, "f32")) spec->weight_dtype = DTYPE_F32;
+    else spec->weight_dtype = cfg->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    spec->training = true;
+    return 0;
+}

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "train/optimizer.h"
+#include "model/model.h"
 #include "train/schedule.h"
 
 typedef enum {
@@ -143,4 +144,10 @@ extern const ArgTable TRAIN_ARGS_TABLE;
  * (e.g. --iters with --epochs) and resolves optimizer_config's kind. */
 int train_args_parse(TrainArgs *a, int argc, char **argv);
 bool train_args_was_set(const TrainArgs *a, const char *name);
+/* The model spec of a training run (shared by train and plan): tune type,
+ * trainable blocks (MLX-LM's "Requested to train N layers but the model only
+ * has L layers." when too many), LoRA rank/scale/dropout, adapted
+ * projections from lora_parameters.keys, checkpointing, the widest
+ * micro-batch (rows per worker, max_width - 1 positions), frozen dtype. */
+int train_args_model_spec(const TrainArgs *a, const ModelConfig *cfg, int rows, int max_width, ModelSpec *spec);
 #endif
