@@ -3,11 +3,15 @@
  * with the JavaScript reference: \s and \S mean JavaScript's whitespace set
  * (PCRE's Unicode \s also has U+0085 and lacks U+FEFF), and the
  * case-insensitive contraction group becomes explicit letter classes (PCRE's
- * caseless matching would also take U+017F for 's' and U+212A for 'k'). */
+ * caseless matching would also take U+017F for 's' and U+212A for 'k').
+ * \p{L} and \p{N} also get the letters and digits Unicode assigned after the
+ * version PCRE2 knows (tok_regex_tables.c), as Node's newer tables have them. */
 #include "tokenizer/tok_internal.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <string.h>
+
+extern const char tok_js_extra_letters[], tok_js_extra_numbers[];
 
 #define JS_SPACES "\\t-\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
 
@@ -39,6 +43,17 @@ static char *rewrite_for_js(const char *pat) {
         if (c == '\\' && i + 1 < len) {
             char e = pat[i + 1];
             int rc;
+            if ((e == 'p') && i + 4 < len && (pat[i + 3] == 'L' || pat[i + 3] == 'N') && pat[i + 2] == '{' && pat[i + 4] == '}') {
+                const char *extra = pat[i + 3] == 'L' ? tok_js_extra_letters : tok_js_extra_numbers;
+                rc = 0;
+                if (!in_class) rc = buf_add(&b, &n, &cap, "[", 1);
+                if (rc == 0) rc = buf_add(&b, &n, &cap, pat + i, 5);
+                if (rc == 0) rc = buf_add(&b, &n, &cap, extra, strlen(extra));
+                if (rc == 0 && !in_class) rc = buf_add(&b, &n, &cap, "]", 1);
+                if (rc < 0) goto fail;
+                i += 5;
+                continue;
+            }
             if (e == 's') rc = in_class ? buf_add(&b, &n, &cap, JS_SPACES, strlen(JS_SPACES))
                                         : buf_add(&b, &n, &cap, "[" JS_SPACES "]", strlen(JS_SPACES) + 2);
             else if (e == 'S' && !in_class) rc = buf_add(&b, &n, &cap, "[^" JS_SPACES "]", strlen(JS_SPACES) + 3);

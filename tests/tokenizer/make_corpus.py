@@ -148,7 +148,7 @@ weird = [
     "\ufeffBOM at start", "NEL\u0085next line", "zero\u200bwidth\u200cnon\u200djoiner", "line\u2028separator\u2029paragraph",
     "soft\u00adhyphen", "control\u0001chars\u0007bell\u001bescape", "del\u007fchar", "tab\u000bvertical\u000cformfeed",
     "\u202eright-to-left override\u202c", "replacement \ufffd char", "private use \ue000\uf8ff", "astral 𝟘𝟙𝟚 𐍈 𓀀 🀄",
-    "noncharacter \ufdd0 \uffff", "combining at start \u0301abc", "\u0300", "   \t   ", "\t", "\r", "\r\n",
+    "noncharacter \ufdd0 \uffff", "letters newer than Unicode 14: \U00013653-CIU \U00031350\U00031351 x\U0001E4D0y \U00011F04-z", "combining at start \u0301abc", "\u0300", "   \t   ", "\t", "\r", "\r\n",
 ]
 S += weird
 # Longer and repetitive samples (exercise the cache and long pre-tokens).

@@ -7,6 +7,7 @@
 //        node tests/tokenizer/reference_ids.mjs --dir MODEL_DIR --name NAME [OUT_DIR]
 //          (a tokenizer.json + tokenizer_config.json directory, e.g. one the C
 //           generator wrote)
+// Env TOK_CORPUS=FILE replaces the corpus (ad-hoc differential runs).
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -39,7 +40,7 @@ if (args[0] === "--dir") {
 }
 const outDir = args[0] ?? path.join(root, "build/tokenizer_ref");
 fs.mkdirSync(outDir, { recursive: true });
-const corpus = fs.readFileSync(path.join(here, "corpus.txt"), "utf8").split("\n");
+const corpus = fs.readFileSync(process.env.TOK_CORPUS ?? path.join(here, "corpus.txt"), "utf8").split("\n");
 if (corpus[corpus.length - 1] === "") corpus.pop();
 const samples = corpus.map(unescapeLine);
 

