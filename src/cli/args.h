@@ -1,0 +1,153 @@
+/* args.h: flag parsing for every command, table-driven. A command describes
+ * its flags in an ArgSpec table (name, type, where the value goes in its
+ * options struct, default and help text); args_parse reads
+ * `--flag value`, `--flag=value`, store-true booleans and, when the table
+ * allows it, a YAML file (-c/--config) whose keys are the flags' names with
+ * underscores. Precedence: command line > YAML > defaults (the defaults are
+ * whatever the options struct holds before the call). Every unknown flag or
+ * bad value is one error naming the flag and the value.
+ *
+ * TrainArgs holds the flags of `lmtune train` (and `lmtune plan`): every
+ * flag of mlx_lm.lora with its default, plus ours. */
+#ifndef LT_ARGS_H
+#define LT_ARGS_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "train/optimizer.h"
+#include "model/model.h"
+#include "train/schedule.h"
+
+typedef enum {
+    ARG_STRING,     /* const char * */
+    ARG_INT,        /* int, >= min */
+    ARG_U64,        /* uint64_t */
+    ARG_DOUBLE,     /* double, >= min */
+    ARG_BOOL,       /* bool: store-true on the command line, true/false in YAML */
+    ARG_CHOICE,     /* const char *, one of `choices` ("lora|dora|full") */
+    ARG_SIZE,       /* size_t from "8GB", "7.5GiB", ... */
+    ARG_INT_OR_AUTO /* int, >= min, or "auto" stored as 0 */
+} ArgType;
+
+#define ARG_NO_MIN (-1e300)
+
+typedef struct {
+    const char *name;       /* long name without dashes: "batch-size" (YAML: batch_size) */
+    char short_name;        /* 'c', or 0 */
+    ArgType type;
+    size_t offset;          /* offsetof(options struct, field) */
+    const char *metavar;    /* "N", "FILE", ... for --help */
+    const char *help;
+    const char *choices;    /* ARG_CHOICE: "a|b|c" */
+    double min;             /* ARG_INT / ARG_DOUBLE / ARG_INT_OR_AUTO: smallest value accepted */
+    const char *min_text;   /* how the minimum reads in errors: "a positive integer" */
+} ArgSpec;
+
+/* A YAML key that is not a flag (nested sections such as lora_parameters):
+ * returns 1 when handled, 0 when unknown, -1 on error. */
+struct yaml_document_s;
+struct yaml_node_s;
+typedef int (*ArgYamlHook)(void *opts, const char *file, const char *key,
+                           struct yaml_document_s *doc, struct yaml_node_s *value);
+
+typedef struct {
+    const char *command;            /* "train" */
+    const char *usage;              /* one line after "usage: lmtune " */
+    const ArgSpec *specs;
+    size_t n_specs;
+    bool config_file;               /* accepts -c/--config FILE.yaml */
+    ArgYamlHook yaml_hook;          /* may be NULL */
+    const char *const *yaml_ignored;/* MLX keys accepted and ignored with a warning (NULL-terminated) */
+} ArgTable;
+
+#define ARG_MAX_SPECS 96
+typedef struct {
+    bool help;                      /* --help was given (and printed) */
+    bool seen[ARG_MAX_SPECS];       /* set on the command line or in YAML */
+    const char *config_path;        /* -c FILE, or NULL */
+} ArgResult;
+
+/* Parses argv[1..argc) (argv[0] is the command name). Returns 0, or -1 with
+ * the error set. With --help, prints the help to stdout and sets r->help. */
+int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *r);
+void args_print_help(const ArgTable *t, const void *defaults, FILE *out);
+/* Whether the flag `name` was given (on the command line or in YAML). */
+bool args_was_set(const ArgTable *t, const ArgResult *r, const char *name);
+/* Strings read from YAML live until this is called. */
+void args_release(void);
+
+/* Helpers for YAML hooks. */
+const char *args_yaml_scalar(struct yaml_node_s *n);   /* NULL when not a scalar */
+int args_parse_double(const char *where, const char *text, double *out);
+int args_parse_int(const char *where, const char *text, int *out);
+int args_parse_bool(const char *where, const char *text, bool *out);
+
+/* ---- lmtune train / plan ---- */
+
+#define LORA_MAX_KEYS 16
+typedef struct {
+    int rank;                   /* 8 */
+    double scale;               /* 20.0 */
+    double dropout;             /* 0.0 */
+    char keys[LORA_MAX_KEYS][64];
+    int n_keys;                 /* 0: MLX-LM's default (every linear of a block) */
+} LoraParams;
+
+typedef struct {
+    /* MLX-LM's flags */
+    const char *model;
+    bool train;
+    const char *data;
+    const char *fine_tune_type; /* lora | dora | full */
+    const char *optimizer;      /* adam | adamw | sgd | adafactor */
+    bool mask_prompt;
+    int num_layers;
+    int batch_size;             /* 0: auto */
+    int iters;
+    int val_batches;
+    double learning_rate;
+    int steps_per_report;
+    int steps_per_eval;
+    const char *resume_adapter_file;
+    const char *adapter_path;
+    int save_every;
+    bool test;
+    int test_batches;
+    int max_seq_length;
+    bool grad_checkpoint;
+    int grad_accumulation_steps;
+    uint64_t seed;
+    /* config-file sections */
+    LoraParams lora;
+    ScheduleConfig lr_schedule;
+    OptimizerConfig optimizer_config;
+    /* ours */
+    double epochs;              /* 0: use iters */
+    double max_grad_norm;       /* 0: no clipping */
+    int threads;                /* 0: OpenMP's default */
+    const char *metrics_file;
+    const char *loss_normalization; /* mean | tokens */
+    size_t memory_limit;        /* 0: none */
+    const char *weights_dtype;  /* auto | f32 | bf16 */
+    bool resume;
+    const char *chat_template;
+    bool skip_bad_lines;
+    int effective_batch_size;   /* 0: batch_size x accumulation (for --batch-size auto) */
+    const char *config;         /* -c FILE.yaml */
+    ArgResult parsed;
+} TrainArgs;
+
+void train_args_default(TrainArgs *a);
+extern const ArgTable TRAIN_ARGS_TABLE;
+/* Defaults, then YAML, then the command line; also checks the combinations
+ * (e.g. --iters with --epochs) and resolves optimizer_config's kind. */
+int train_args_parse(TrainArgs *a, int argc, char **argv);
+bool train_args_was_set(const TrainArgs *a, const char *name);
+/* The model spec of a training run (shared by train and plan): tune type,
+ * trainable blocks (MLX-LM's "Requested to train N layers but the model only
+ * has L layers." when too many), LoRA rank/scale/dropout, adapted
+ * projections from lora_parameters.keys, checkpointing, the widest
+ * micro-batch (rows per worker, max_width - 1 positions), frozen dtype. */
+int train_args_model_spec(const TrainArgs *a, const ModelConfig *cfg, int rows, int max_width, ModelSpec *spec);
+#endif

@@ -1,0 +1,300 @@
+/* cmd_train.c: `lmtune train`, mlx_lm.lora's training run. Reads the flags
+ * (cli/args.h), loads the tokenizer and the data splits, plans and carves
+ * the model and the optimizer moments, writes adapter_config.json, runs the
+ * loop (train/trainer.h) and, with --test, evaluates the test set. Exit
+ * status: 0, 1 on an error, 128 + signal when SIGINT/SIGTERM stopped the
+ * run (after the adapters and the full state were saved). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include "base/sys.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "data/batching.h"
+#include "data/dataset.h"
+#include "dist/dist.h"
+#include "formats/hf_config.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/sources.h"
+#include "train/trainer.h"
+
+/* Parameter count of the whole model (MLX-LM's total includes the adapters). */
+static double base_parameters(const ModelConfig *c) {
+    double C = c->hidden_size, F = c->intermediate_size, D = c->head_dim, H = c->num_attention_heads,
+           KV = c->num_key_value_heads, V = c->vocab_size;
+    double block = 2 * C + C * H * D + 2 * C * KV * D + H * D * C + 3 * C * F;
+    if (c->attention_bias) block += H * D + 2 * KV * D;
+    if (c->qk_norm) block += 2 * D;
+    return V * C * (c->tie_word_embeddings ? 1 : 2) + C + block * c->num_hidden_layers;
+}
+
+static json_t *json_num_list(const double *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+static json_t *adam_json(const AdamConfig *c, bool with_decay) {
+    json_t *o = json_pack("{s:o, s:f, s:b}", "betas", json_num_list(c->betas, 2), "eps", c->eps,
+                          "bias_correction", c->bias_correction);
+    if (with_decay) json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
+    return o;
+}
+
+static json_t *nullable(double v) { return isnan(v) ? json_null() : json_real(v); }
+
+/* MLX-LM writes its whole argument namespace, keys sorted, 4-space indent. */
+static int write_adapter_config(const TrainArgs *a, const char *dir) {
+    json_t *j = json_object();
+#define S(k, v) json_object_set_new(j, k, (v) ? json_string(v) : json_null())
+#define I(k, v) json_object_set_new(j, k, json_integer(v))
+#define F(k, v) json_object_set_new(j, k, json_real(v))
+#define B(k, v) json_object_set_new(j, k, json_boolean(v))
+    S("model", a->model); B("train", true); S("data", a->data); S("fine_tune_type", a->fine_tune_type);
+    S("optimizer", a->optimizer); B("mask_prompt", a->mask_prompt); I("num_layers", a->num_layers);
+    I("batch_size", a->batch_size); I("iters", a->iters); I("val_batches", a->val_batches);
+    F("learning_rate", a->learning_rate); I("steps_per_report", a->steps_per_report);
+    I("steps_per_eval", a->steps_per_eval); S("resume_adapter_file", a->resume_adapter_file);
+    S("adapter_path", a->adapter_path); I("save_every", a->save_every); B("test", a->test);
+    I("test_batches", a->test_batches); I("max_seq_length", a->max_seq_length); S("config", a->config);
+    B("grad_checkpoint", a->grad_checkpoint); I("grad_accumulation_steps", a->grad_accumulation_steps);
+    I("seed", (json_int_t)a->seed);
+    F("epochs", a->epochs); F("max_grad_norm", a->max_grad_norm); S("loss_normalization", a->loss_normalization);
+    S("weights_dtype", a->weights_dtype); S("metrics_file", a->metrics_file);
+#undef S
+#undef I
+#undef F
+#undef B
+    if (!strcmp(a->fine_tune_type, "full")) {
+        json_object_set_new(j, "lora_parameters", json_null());
+    } else {
+        json_t *lp = json_pack("{s:i, s:f, s:f}", "rank", a->lora.rank, "dropout", a->lora.dropout, "scale", a->lora.scale);
+        if (a->lora.n_keys) {
+            json_t *keys = json_array();
+            for (int k = 0; k < a->lora.n_keys; k++) json_array_append_new(keys, json_string(a->lora.keys[k]));
+            json_object_set_new(lp, "keys", keys);
+        }
+        json_object_set_new(j, "lora_parameters", lp);
+    }
+    if (a->lr_schedule.set) {
+        json_object_set_new(j, "lr_schedule", json_pack("{s:s, s:i, s:f, s:o}", "name", a->lr_schedule.name,
+                            "warmup", a->lr_schedule.warmup, "warmup_init", a->lr_schedule.warmup_init, "arguments",
+                            json_num_list(a->lr_schedule.arguments, a->lr_schedule.n_arguments)));
+    } else {
+        json_object_set_new(j, "lr_schedule", json_null());
+    }
+    const OptimizerConfig *o = &a->optimizer_config;
+    const AdafactorConfig *af = &o->adafactor;
+    json_t *oc = json_object();
+    json_object_set_new(oc, "adam", adam_json(&o->adam, false));
+    json_object_set_new(oc, "adamw", adam_json(&o->adamw, true));
+    json_object_set_new(oc, "sgd", json_pack("{s:f, s:f, s:f, s:b}", "momentum", o->sgd.momentum, "weight_decay",
+                                             o->sgd.weight_decay, "dampening", o->sgd.dampening, "nesterov", o->sgd.nesterov));
+    json_object_set_new(oc, "adafactor", json_pack("{s:o, s:o, s:f, s:f, s:o, s:f, s:b, s:b, s:b}",
+        "learning_rate", nullable(af->learning_rate), "eps", json_num_list(af->eps, 2), "clip_threshold", af->clip_threshold,
+        "decay_rate", af->decay_rate, "beta_1", nullable(af->beta_1), "weight_decay", af->weight_decay,
+        "scale_parameter", af->scale_parameter, "relative_step", af->relative_step, "warmup_init", af->warmup_init));
+    json_object_set_new(j, "optimizer_config", oc);
+    char *text = json_dumps(j, JSON_INDENT(4) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+    json_decref(j);
+    if (!text) return error_set("adapter_config.json: out of memory");
+    char *path = path_join(dir, "adapter_config.json");
+    int rc = path ? atomic_write_file(path, text, strlen(text)) : -1;
+    mem_free(path);
+    free(text);
+    return rc;
+}
+
+static char *read_text_file(const char *path, const char *flag) {
+    char *text;
+    size_t n;
+    if (file_read_all(path, 64u << 20, &text, &n) < 0) { error_prefix("%s", flag); return NULL; }
+    return text;
+}
+
+typedef struct {
+    TrainArgs a;
+    ModelConfig cfg;
+    Tokenizer *tok;
+    Dataset train, valid, test;
+    bool have_valid, have_test, have_train;
+    char *chat_template;
+    DataSource src;
+    bool have_src;
+    Model *model;
+    Arena arena, opt_arena;
+    Optimizer opt;
+    bool have_opt;
+} Run;
+
+static void run_free(Run *r) {
+    if (r->have_opt) optimizer_free(&r->opt);
+    if (r->model) model_free(r->model);
+    arena_free(&r->opt_arena);
+    arena_free(&r->arena);
+    if (r->have_src) data_source_free(&r->src);
+    if (r->have_train) dataset_free(&r->train);
+    if (r->have_valid) dataset_free(&r->valid);
+    if (r->have_test) dataset_free(&r->test);
+    if (r->tok) tokenizer_free(r->tok);
+    mem_free(r->chat_template);
+    args_release();
+}
+
+static int run_train(Run *r, int *exit_code) {
+    TrainArgs *a = &r->a;
+    const int rank = dist_rank(), world = dist_world();
+#ifdef _OPENMP
+    if (a->threads > 0) omp_set_num_threads(a->threads);
+#endif
+    if (a->batch_size == 0)
+        return error_set("--batch-size auto: the memory planner that chooses it is not in this build yet; give a number");
+    char *cfg_path = path_join(a->model, "config.json");
+    TRY_PTR(cfg_path);
+    int rc = hf_config_load(&r->cfg, cfg_path);
+    mem_free(cfg_path);
+    TRY(rc);
+    TRY(tokenizer_load(&r->tok, a->model));
+    DatasetOptions dopt;
+    dataset_options_default(&dopt);
+    dopt.mask_prompt = a->mask_prompt;
+    dopt.skip_bad_lines = a->skip_bad_lines;
+    if (a->chat_template) {
+        TRY_PTR(r->chat_template = read_text_file(a->chat_template, "--chat-template"));
+        dopt.chat_template = r->chat_template;
+    }
+    bool present;
+    TRY(dataset_load_split(&r->train, a->data, "train", r->tok, &dopt, &present));
+    r->have_train = true;
+    TRY(dataset_load_split(&r->valid, a->data, "valid", r->tok, &dopt, &r->have_valid));
+    if (a->test) { TRY(dataset_load_split(&r->test, a->data, "test", r->tok, &dopt, &present)); r->have_test = true; }
+
+    /* The widest batch any split produces sizes the activations. */
+    int width = batch_max_width(&r->train, a->batch_size, a->max_seq_length);
+    if (r->have_valid) { int w = batch_max_width(&r->valid, a->batch_size, a->max_seq_length); if (w > width) width = w; }
+    if (r->have_test) { int w = batch_max_width(&r->test, a->batch_size, a->max_seq_length); if (w > width) width = w; }
+    ModelSpec spec;
+    TRY(train_args_model_spec(a, &r->cfg, a->batch_size / world, width, &spec));
+
+    /* Plan, then carve exactly the plan. */
+    MemPlan plan = {0};
+    Carver planner = {NULL, &plan};
+    if (model_layout(&r->cfg, &spec, &planner) < 0 || model_plan_weights(a->model, &r->cfg, &spec, &plan) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
+    size_t model_arena = plan_arena_bytes(&plan);
+    if (a->memory_limit && plan_total(&plan) > a->memory_limit) {
+        char need[32], lim[32];
+        format_bytes(need, sizeof need, plan_total(&plan));
+        format_bytes(lim, sizeof lim, a->memory_limit);
+        plan_free(&plan);
+        return error_set("the run needs %s (without optimizer moments) but --memory-limit is %s; "
+                         "`lmtune plan` with the same flags shows where it goes", need, lim);
+    }
+    plan_free(&plan);
+    TRY(arena_init(&r->arena, model_arena));
+    TRY(model_load(&r->model, a->model, &spec, &r->arena));
+    Rng init_rng;
+    rng_seed(&init_rng, a->seed);
+    TRY(model_init_trainables(r->model, &init_rng));
+    Trainee tr = model_trainee(r->model);
+    if (a->resume_adapter_file) TRY(checkpoint_load_adapters(a->resume_adapter_file, tr.params, tr.n_params));
+
+    /* Optimizer moments: planned from the trainable tensors, then carved. */
+    MemPlan oplan = {0};
+    Carver oplanner = {NULL, &oplan};
+    Optimizer probe;
+    if (optimizer_layout(&probe, &a->optimizer_config, tr.params, tr.n_params, &oplanner) < 0) { plan_free(&oplan); return -1; }
+    optimizer_free(&probe);
+    size_t opt_bytes = plan_arena_bytes(&oplan);
+    plan_free(&oplan);
+    if (opt_bytes) TRY(arena_init(&r->opt_arena, opt_bytes));
+    Carver ocv = {&r->opt_arena, NULL};
+    TRY(optimizer_layout(&r->opt, &a->optimizer_config, tr.params, tr.n_params, &ocv));
+    r->have_opt = true;
+
+    TRY(data_source_init(&r->src, &r->train, r->have_valid ? &r->valid : NULL, r->have_test ? &r->test : NULL,
+                         a->batch_size, a->max_seq_length, rank, world, a->seed));
+    r->have_src = true;
+    int iters = a->iters;
+    if (a->epochs > 0) iters = (int)ceil(a->epochs * r->src.train.n_batches);
+
+    double trainable = 0;
+    for (size_t i = 0; i < tr.n_params; i++) trainable += (double)tr.params[i].numel;
+    double total = base_parameters(&r->cfg) + (spec.type == TUNE_FULL ? 0 : trainable);
+    if (rank == 0) {
+        printf("Trainable parameters: %.3f%% (%.3fM/%.3fM)\n", 100.0 * trainable / total, trainable / 1e6, total / 1e6);
+        if (a->epochs > 0) printf("Epochs: %g x %d batches = %d iterations\n", a->epochs, r->src.train.n_batches, iters);
+        fflush(stdout);
+        TRY(dir_ensure(a->adapter_path));
+        if (!a->resume) TRY(write_adapter_config(a, a->adapter_path));
+    }
+
+    TrainConfig tc;
+    train_config_default(&tc);
+    tc.iters = iters;
+    tc.grad_accum = a->grad_accumulation_steps;
+    tc.batch_size = a->batch_size;
+    tc.steps_per_report = a->steps_per_report;
+    tc.steps_per_eval = a->steps_per_eval;
+    tc.save_every = a->save_every;
+    tc.val_batches = a->val_batches;
+    tc.loss_tokens = !strcmp(a->loss_normalization, "tokens");
+    tc.max_grad_norm = a->max_grad_norm;
+    tc.seed = a->seed;
+    TRY(schedule_init(&tc.schedule, &a->lr_schedule, a->learning_rate));
+    tc.adapter_path = a->adapter_path;
+    tc.metrics_file = a->metrics_file;
+    tc.resume = a->resume;
+    char fingerprint[512];
+    snprintf(fingerprint, sizeof fingerprint,
+             "%s L%d C%d F%d H%d KV%d D%d V%d | %s layers %d rank %d keys %x | data %zu B%d A%d world %d seed %llu %s",
+             r->cfg.model_type, r->cfg.num_hidden_layers, r->cfg.hidden_size, r->cfg.intermediate_size,
+             r->cfg.num_attention_heads, r->cfg.num_key_value_heads, r->cfg.head_dim, r->cfg.vocab_size,
+             a->fine_tune_type, spec.num_layers, spec.lora_rank, spec.lora_keys, r->train.n, a->batch_size,
+             a->grad_accumulation_steps, world, (unsigned long long)a->seed, a->loss_normalization);
+    tc.fingerprint = fingerprint;
+    tc.arena = &r->arena;
+    tc.plan_total = model_arena + opt_bytes;
+    BatchSource bs = data_source_iface(&r->src);
+    train_install_signal_handlers();
+    TrainResult res;
+    TRY(train_run(&tr, &bs, &r->opt, &tc, &res));
+    if (res.stop_signal) { *exit_code = 128 + res.stop_signal; return 0; }
+    if (a->test) {
+        double loss;
+        long n;
+        bool have;
+        TRY(train_evaluate(&tr, &bs, SPLIT_TEST, a->test_batches, &loss, &n, &have));
+        if (rank == 0) printf("Test loss %.3f, Test ppl %.3f.\n", loss, exp(loss));
+    }
+    return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+    Run r;
+    memset(&r, 0, sizeof r);
+    train_args_default(&r.a);
+    if (dist_init(&argc, &argv) < 0) die_with_error();
+    if (train_args_parse(&r.a, argc, argv) < 0) { args_release(); die_with_error(); }
+    if (r.a.parsed.help) { args_release(); return 0; }
+    int exit_code = 0;
+    if (run_train(&r, &exit_code) < 0) {
+        fprintf(stderr, "lmtune: error: %s\n", error_message());
+        exit_code = 1;
+    }
+    run_free(&r);
+    dist_finalize();
+    return exit_code;
+}

@@ -1,0 +1,55 @@
+/* dist.c: the single-process implementation of dist.h (identity), and the
+ * MPI one behind LT_USE_MPI. */
+#include "dist/dist.h"
+#include "base/error.h"
+
+#ifdef LT_USE_MPI
+#include <mpi.h>
+static int g_rank = 0, g_world = 1, g_inited = 0;
+int dist_init(int *argc, char ***argv) {
+    if (g_inited) return 0;
+    if (MPI_Init(argc, argv) != MPI_SUCCESS) return error_set("MPI_Init failed");
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+    g_inited = 1;
+    return 0;
+}
+void dist_finalize(void) { if (g_inited) MPI_Finalize(); g_inited = 0; }
+int dist_rank(void) { return g_rank; }
+int dist_world(void) { return g_world; }
+int dist_all_sum_floats(float *x, size_t n) {
+    if (g_world == 1 || n == 0) return 0;
+    if (MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return error_set("rank %d: MPI_Allreduce failed", g_rank);
+    return 0;
+}
+int dist_all_sum_doubles(double *x, size_t n) {
+    if (g_world == 1 || n == 0) return 0;
+    if (MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return error_set("rank %d: MPI_Allreduce failed", g_rank);
+    return 0;
+}
+#else
+int dist_init(int *argc, char ***argv) { (void)argc; (void)argv; return 0; }
+void dist_finalize(void) {}
+int dist_rank(void) { return 0; }
+int dist_world(void) { return 1; }
+int dist_all_sum_floats(float *x, size_t n) { (void)x; (void)n; return 0; }
+int dist_all_sum_doubles(double *x, size_t n) { (void)x; (void)n; return 0; }
+#endif
+
+int sum_gradients(TrainableTensor *t, size_t n) {
+    if (dist_world() == 1) return 0;
+    for (size_t i = 0; i < n; i++) TRY(dist_all_sum_floats(t[i].grad, t[i].numel));
+    return 0;
+}
+
+int average_gradients(TrainableTensor *t, size_t n) {
+    int world = dist_world();
+    if (world == 1) return 0;
+    TRY(sum_gradients(t, n));
+    const float inv = 1.0f / (float)world;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < t[i].numel; j++) t[i].grad[j] *= inv;
+    return 0;
+}

@@ -1,0 +1,343 @@
+/* trainer.c: the training loop (see trainer.h). Order per iteration, as in
+ * MLX-LM's trainer.py: validation (iteration 1, every steps_per_eval, the
+ * last), the micro-batch step, the update every grad_accum micro-batches,
+ * the report (every steps_per_report and the last), the save (every
+ * save_every), then a final save. */
+#include "train/trainer.h"
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include "base/sys.h"
+#include "dist/dist.h"
+#include "train/checkpoint.h"
+#include "train/report.h"
+
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_signal(int signo) { g_stop_signal = signo; }
+
+void train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;   /* a second signal kills at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+int train_pending_signal(void) { return g_stop_signal; }
+void train_request_stop(int signo) { g_stop_signal = signo; }
+
+void train_config_default(TrainConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->iters = 1000;
+    c->grad_accum = 1;
+    c->batch_size = 4;
+    c->steps_per_report = 10;
+    c->steps_per_eval = 200;
+    c->save_every = 100;
+    c->val_batches = 25;
+    schedule_init(&c->schedule, NULL, 1e-5);
+    c->out = stdout;
+}
+
+int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batches,
+                   double *loss, long *n_tokens, bool *present) {
+    *loss = NAN;
+    *n_tokens = 0;
+    int started = src->eval_begin(src->self, split, num_batches);
+    TRY(started);
+    *present = started == 1;
+    if (!*present) return 0;
+    double sums[2] = {0, 0};  /* loss sum, token count */
+    for (;;) {
+        Batch *b;
+        int r = src->eval_next(src->self, &b);
+        TRY(r);
+        if (r == 0) break;
+        double s; long n;
+        TRY(tr->loss(tr->self, b, &s, &n));
+        sums[0] += s;
+        sums[1] += (double)n;
+    }
+    TRY(dist_all_sum_doubles(sums, 2));
+    *n_tokens = (long)sums[1];
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    return 0;
+}
+
+/* LMTUNE_INJECT_NAN_AT_STEP="3" or "3,7" or "3-9": those iterations report
+ * a NaN loss and gradient (test hook for the non-finite guard). */
+static bool inject_nan_at(int it) {
+    const char *spec = getenv("LMTUNE_INJECT_NAN_AT_STEP");
+    if (!spec) return false;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return false;
+        if (*end == '-') { p = end + 1; b = strtol(p, &end, 10); if (end == p) return false; }
+        if (it >= a && it <= b) return true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return false;
+    }
+    return false;
+}
+
+static void zero_grads(Trainee *tr) {
+    for (size_t i = 0; i < tr->n_params; i++) memset(tr->params[i].grad, 0, tr->params[i].numel * sizeof(float));
+}
+
+static double grad_norm(const Trainee *tr) {
+    double acc = 0;
+    for (size_t i = 0; i < tr->n_params; i++) {
+        const float *g = tr->params[i].grad;
+        for (size_t j = 0; j < tr->params[i].numel; j++) acc += (double)g[j] * g[j];
+    }
+    return sqrt(acc);
+}
+
+static void scale_grads(Trainee *tr, float divisor) {
+    for (size_t i = 0; i < tr->n_params; i++) {
+        float *g = tr->params[i].grad;
+        for (size_t j = 0; j < tr->params[i].numel; j++) g[j] /= divisor;
+    }
+}
+
+typedef struct {
+    Trainee *tr;
+    BatchSource *src;
+    Optimizer *opt;
+    const TrainConfig *cfg;
+    Reporter rep;
+    TrainState st;
+    char fingerprint[17];
+    char *adapters_file, *state_file;
+    double window_time;     /* seconds of training steps in the report window (not saved) */
+} Loop;
+
+/* One update from the accumulated gradients; returns -1 only on errors
+ * (a skipped non-finite update is not an error until too many in a row). */
+static int apply_update(Loop *L, int it) {
+    Trainee *tr = L->tr;
+    const TrainConfig *cfg = L->cfg;
+    if (cfg->loss_tokens) {
+        /* Grads hold the sum over micro-batches of n_i * grad(mean_i): divide
+         * by the token count of the whole update, across workers. */
+        double total = L->st.accum_tokens;
+        TRY(sum_gradients(tr->params, tr->n_params));
+        TRY(dist_all_sum_doubles(&total, 1));
+        if (total > 0) scale_grads(tr, (float)total);
+    } else {
+        TRY(average_gradients(tr->params, tr->n_params));
+        if (cfg->grad_accum > 1) scale_grads(tr, (float)cfg->grad_accum);
+    }
+    double norm = grad_norm(tr);
+    if (L->st.accum_bad || !isfinite(norm)) {
+        L->st.skipped_total++;
+        L->st.nonfinite_streak++;
+        zero_grads(tr);
+        report_line(&L->rep, "Iter %d: non-finite %s, update skipped (%d in a row, %llu in total)", it,
+                    L->st.accum_bad ? "loss" : "gradient", L->st.nonfinite_streak,
+                    (unsigned long long)L->st.skipped_total);
+        if (L->st.nonfinite_streak >= TRAIN_MAX_NONFINITE_IN_A_ROW)
+            return error_set("training stopped at iteration %d: %d updates in a row had a non-finite loss or "
+                             "gradient; lower --learning-rate, set --max-grad-norm, or check the data",
+                             it, L->st.nonfinite_streak);
+        return 0;
+    }
+    L->st.nonfinite_streak = 0;
+    if (cfg->max_grad_norm > 0 && norm > cfg->max_grad_norm) {
+        float coef = (float)(cfg->max_grad_norm / (norm + 1e-6));
+        for (size_t i = 0; i < tr->n_params; i++) {
+            float *g = tr->params[i].grad;
+            for (size_t j = 0; j < tr->params[i].numel; j++) g[j] *= coef;
+        }
+    }
+    float lr = (float)schedule_lr(&cfg->schedule, L->opt->step);
+    TRY(optimizer_update(L->opt, tr->params, tr->n_params, lr));
+    zero_grads(tr);
+    return 0;
+}
+
+static int save_all(Loop *L, int it, bool numbered) {
+    if (!L->cfg->adapter_path || dist_rank() != 0) return 0;
+    Trainee *tr = L->tr;
+    TRY(checkpoint_save_adapters(L->adapters_file, tr->params, tr->n_params));
+    if (numbered) {
+        char name[64];
+        snprintf(name, sizeof name, "%07d_adapters.safetensors", it);
+        char *path = path_join(L->cfg->adapter_path, name);
+        TRY_PTR(path);
+        int rc = checkpoint_save_adapters(path, tr->params, tr->n_params);
+        if (rc == 0) report_saved(&L->rep, it, L->adapters_file, path);
+        mem_free(path);
+        TRY(rc);
+    }
+    return checkpoint_save_state(L->state_file, &L->st, L->opt, tr->params, tr->n_params, L->fingerprint);
+}
+
+static double reported_lr(const Loop *L) {
+    /* MLX's optimizer.learning_rate holds the value of the last update. */
+    uint64_t s = L->opt->step;
+    return schedule_lr(&L->cfg->schedule, s > 0 ? s - 1 : 0);
+}
+
+static int run_loop(Loop *L, TrainResult *res) {
+    Trainee *tr = L->tr;
+    BatchSource *src = L->src;
+    const TrainConfig *cfg = L->cfg;
+    TrainState *st = &L->st;
+    const int A = cfg->grad_accum;
+    int it = (int)st->iteration;
+    bool have_valid = true;
+    res->iterations = it;
+    res->updates = L->opt->step;
+    while (it < cfg->iters) {
+        it++;
+        if (have_valid && cfg->val_batches != 0 && (it == 1 || it % cfg->steps_per_eval == 0 || it == cfg->iters)) {
+            double t0 = time_now(), vloss;
+            long vtok;
+            TRY(train_evaluate(tr, src, SPLIT_VALID, cfg->val_batches, &vloss, &vtok, &have_valid));
+            if (have_valid) {
+                res->last_val_loss = vloss;
+                if (dist_rank() == 0) report_val(&L->rep, it, vloss, time_now() - t0);
+            }
+        }
+        double t0 = time_now();
+        Batch *b;
+        int r = src->train_next(src->self, &b);
+        TRY(r);
+        if (r == 0) return error_set("the training data ended (the training stream must not end)");
+        st->micro_batches++;
+        float scale = cfg->loss_tokens ? (float)b->n_loss_tokens : 1.0f;
+        double loss;
+        long ntok;
+        TRY(tr->forward_backward(tr->self, b, scale, &st->dropout_rng, &loss, &ntok));
+        if (cfg->loss_tokens && ntok != b->n_loss_tokens)
+            return error_set("internal: the batch counts %ld loss tokens but the model counted %ld", b->n_loss_tokens, ntok);
+        if (inject_nan_at(it)) {
+            loss = NAN;
+            if (tr->n_params) tr->params[0].grad[0] = NAN;
+        }
+        if (isfinite(loss)) { st->window_loss += loss; st->window_loss_steps++; }
+        else st->accum_bad = true;
+        st->window_tokens += ntok;
+        st->accum_tokens += (double)ntok;
+        st->accum_count++;
+        if (st->accum_count == A) {
+            TRY(apply_update(L, it));
+            st->accum_count = 0;
+            st->accum_tokens = 0;
+            st->accum_bad = false;
+        }
+        st->window_steps++;
+        st->iteration = (uint64_t)it;
+        double dt = time_now() - t0;
+        L->window_time += dt;
+        const double window_time = L->window_time;
+        if (dist_rank() == 0 && st->window_loss_steps > 0)
+            report_progress(&L->rep, it, cfg->iters, st->window_loss / st->window_loss_steps,
+                            window_time > 0 ? st->window_tokens / window_time : 0);
+        if (it % cfg->steps_per_report == 0 || it == cfg->iters) {
+            double sums[2] = {st->window_loss, (double)st->window_tokens};
+            double steps[1] = {(double)st->window_loss_steps};
+            TRY(dist_all_sum_doubles(sums, 2));
+            TRY(dist_all_sum_doubles(steps, 1));
+            st->trained_tokens += (uint64_t)sums[1];
+            TrainReport t = {
+                .iteration = it,
+                .train_loss = steps[0] > 0 ? sums[0] / steps[0] : NAN,
+                .learning_rate = reported_lr(L),
+                .iterations_per_second = window_time > 0 ? st->window_steps / window_time : 0,
+                .tokens_per_second = window_time > 0 ? sums[1] / window_time : 0,
+                .trained_tokens = st->trained_tokens,
+                .peak_memory_gb = (double)rss_peak_bytes() / 1e9,
+                .arena_high_water = cfg->arena ? cfg->arena->high : 0,
+                .plan_total = cfg->plan_total,
+                .skipped_updates = st->skipped_total,
+            };
+            if (dist_rank() == 0) report_train(&L->rep, &t);
+            st->window_loss = 0;
+            st->window_tokens = 0;
+            st->window_steps = 0;
+            st->window_loss_steps = 0;
+            L->window_time = 0;
+        }
+        if (cfg->save_every > 0 && it % cfg->save_every == 0) TRY(save_all(L, it, true));
+        res->iterations = it;
+        res->updates = L->opt->step;
+        res->skipped_updates = st->skipped_total;
+        if (g_stop_signal) {
+            res->stop_signal = g_stop_signal;
+            if (dist_rank() == 0)
+                report_line(&L->rep, "Iter %d: stopped by signal %d; saving the adapters and the training state "
+                            "(continue with --resume)", it, (int)g_stop_signal);
+            break;
+        }
+    }
+    return 0;
+}
+
+int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *cfg, TrainResult *res) {
+    memset(res, 0, sizeof *res);
+    res->last_val_loss = NAN;
+    if (cfg->grad_accum < 1) return error_set("grad_accumulation_steps must be at least 1");
+    if (cfg->iters < 0) return error_set("--iters must be at least 0, got %d", cfg->iters);
+    if (cfg->steps_per_report < 1) return error_set("--steps-per-report must be at least 1, got %d", cfg->steps_per_report);
+    if (cfg->steps_per_eval < 1) return error_set("--steps-per-eval must be at least 1, got %d", cfg->steps_per_eval);
+    Loop L;
+    memset(&L, 0, sizeof L);
+    L.tr = tr; L.src = src; L.opt = opt; L.cfg = cfg;
+    checkpoint_fingerprint(cfg->fingerprint, tr->params, tr->n_params, &opt->cfg, L.fingerprint);
+    int rc = -1;
+    if (cfg->adapter_path) {
+        if (dir_ensure(cfg->adapter_path) < 0) return -1;
+        L.adapters_file = path_join(cfg->adapter_path, ADAPTERS_FILE);
+        L.state_file = path_join(cfg->adapter_path, STATE_FILE);
+        if (!L.adapters_file || !L.state_file) goto out;
+    }
+    if (report_open(&L.rep, cfg->out, dist_rank() == 0 ? cfg->metrics_file : NULL) < 0) goto out;
+    rng_seed(&L.st.dropout_rng, cfg->seed ^ 0x6c6d74756e65ull);  /* "lmtune": independent of the data order */
+    if (cfg->resume) {
+        if (!L.state_file) { error_set("--resume needs --adapter-path"); goto out; }
+        if (checkpoint_load_state(L.state_file, &L.st, opt, tr->params, tr->n_params, L.fingerprint) < 0) goto out;
+        /* Replay the training stream to where the state left it. */
+        for (uint64_t i = 0; i < L.st.micro_batches; i++) {
+            Batch *b;
+            int r = src->train_next(src->self, &b);
+            if (r < 0) goto out;
+            if (r == 0) { error_set("--resume: the training data ended while replaying"); goto out; }
+        }
+        if (dist_rank() == 0)
+            report_line(&L.rep, "Resuming from %s at iteration %llu (%llu updates)", L.state_file,
+                        (unsigned long long)L.st.iteration, (unsigned long long)opt->step);
+    } else {
+        zero_grads(tr);
+    }
+    if (dist_rank() == 0) {
+        report_line(&L.rep, "Starting training..., iters: %d", cfg->iters);
+        if (dist_world() > 1) report_line(&L.rep, "Node %d of %d", dist_rank(), dist_world());
+        report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", cfg->batch_size, cfg->grad_accum,
+                    dist_world(), cfg->batch_size * cfg->grad_accum * dist_world());
+    }
+    if (run_loop(&L, res) < 0) {
+        /* Keep what the run had learned: a failure after updates still
+         * leaves the last good adapters on disk from the last save. */
+        goto out;
+    }
+    if (cfg->adapter_path && dist_rank() == 0) {
+        if (save_all(&L, res->iterations, false) < 0) goto out;
+        report_line(&L.rep, "Saved final weights to %s.", L.adapters_file);
+    }
+    rc = 0;
+out:
+    report_close(&L.rep);
+    mem_free(L.adapters_file);
+    mem_free(L.state_file);
+    return rc;
+}
