@@ -94,6 +94,15 @@ static void test_text_format(void) {
         mem_free(ids);
     }
     CHECK(d.n_tokens == d.starts[2]);
+    /* The fingerprint follows the ids and the offsets. */
+    uint64_t fp = dataset_fingerprint(&d);
+    CHECK(fp == dataset_fingerprint(&d));
+    d.tokens[1]++;
+    CHECK(fp != dataset_fingerprint(&d));
+    d.tokens[1]--;
+    d.offsets[1] = 1;
+    CHECK(fp != dataset_fingerprint(&d));
+    d.offsets[1] = 0;
     int32_t *the;
     CHECK(encode_count("the", 3, false, &the) == 1 && the[0] == 257); /* the hand-written merges apply */
     mem_free(the);
