@@ -318,7 +318,7 @@ int dataset_load(Dataset *d, const char *path, const Tokenizer *tok, const Datas
     TRY(load_file(d, path, tok, o));
     if (d->n == 0) {
         dataset_free(d);
-        return error_set("%s: no examples (the file is empty)", path);
+        return error_set("%s: no examples (empty file, or only blank lines)", path);
     }
     return 0;
 }

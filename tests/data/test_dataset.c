@@ -218,7 +218,7 @@ static void test_splits(void) {
     CHECK(dataset_load_split(&d, tmp_dir, "train", tok, &o, &present) < 0);
     CHECK_ERROR_CONTAINS("Training set not found or empty. Must provide training set for fine-tuning.");
     CHECK(dataset_load(&d, file_path("train.jsonl"), tok, &o) < 0);
-    CHECK_ERROR_CONTAINS("train.jsonl: no examples (the file is empty)");
+    CHECK_ERROR_CONTAINS("train.jsonl: no examples (empty file, or only blank lines)");
     write_text("valid.jsonl", "\n   \n\t\r\n");
     stderr_begin();
     rc = dataset_load_split(&d, tmp_dir, "valid", tok, &o, &present);
