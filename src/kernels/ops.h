@@ -50,8 +50,9 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int
 /* --- causal grouped-query attention, flash-style: no (T x T) matrix is
  *     kept; the backward recomputes scores from q, k and the saved
  *     log-sum-exp. Head h reads kv head h / (H / KVH). scale = 1/sqrt(D).
- *     D <= 256. Per-thread tiles live on the OpenMP threads' stacks (about
- *     (8 * 64 * roundup(D, 16) + 3 * 64 * 64) floats: 160 KiB at D = 64).
+ *     D <= 256. Per-thread tiles live on the OpenMP threads' stacks (at most
+ *     (640 * roundup(D, 16) + 4608) floats: 178 KiB at D = 64, 338 KiB at
+ *     D = 128; the default 8 MiB thread stacks hold that easily).
  *     The forward runs tasks of (batch, 64-query block, kv head, <= 4 of its
  *     heads); the backward runs one task per (batch, kv head), so it uses at
  *     most B * KVH threads. The workspace holds rowsum(dout * out), (B, H, T). --- */
