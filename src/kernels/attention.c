@@ -3,16 +3,19 @@
  * saves each query row's log-sum-exp; the backward recomputes the
  * probabilities block by block from q, k and that lse (FlashAttention-2).
  *
- * Work is cut in 64 x 64 tiles copied into zero-padded local buffers (head
- * dim padded to a multiple of 16, rows to 64), so every product is one
- * register-blocked micro-kernel (tile_gemm_acc) whose inner loops are
- * 16-float vectors, whatever T and D are. The exponentials go through a
- * vectorised exp (exp_block, relative error ~2e-7).
+ * Work is cut in 64 x 64 tiles: full tiles with a head dim that is a
+ * multiple of 16 are read in place, others are copied into zero-padded
+ * local buffers (head dim padded to a multiple of 16, rows to 64), and keys
+ * and values are transposed into local tiles where a product needs them so.
+ * Every product is then one register-blocked FMA micro-kernel
+ * (tile_gemm_acc) whose inner loops are 16-float vectors, whatever T and D
+ * are. The exponentials go through the vectorised exp16 (vec.h).
  *
- * Parallelism: the forward over (batch, head, query block); the backward
- * over (batch, kv head), since a kv head's dk/dv gather all its query heads
- * and every dq row of those heads is written by that task alone: no races,
- * no atomics, and a fixed summation order (same bits for any thread count).
+ * Parallelism: the forward over (batch, query block, kv head, up to 4 of
+ * its query heads, which share each transposed key tile); the backward over
+ * (batch, kv head), since a kv head's dk/dv gather all its query heads and
+ * every dq row of those heads is written by that task alone: no races, no
+ * atomics, and a fixed summation order (same bits for any thread count).
  * The workspace holds D_i = rowsum(dout * out) for every query row. */
 /* -std=c11 turns off contraction of a*b+c into FMA; the micro-kernels
  * need it (twice the throughput), so this file opts back in. */
@@ -25,7 +28,6 @@
 #include "kernels/vec.h"
 
 enum { TILE = 64, MAX_HEAD_DIM = 256 };
-
 
 /* C (M, N) += A (M, K) B (K, N); element (i, k) of A at A[i*ai + k*ak]
  * (so A may be a transposed view), B and C row-major with leading dims;
@@ -259,8 +261,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                                 v16 sv = splat16(scale), lv = splat16(i < qrows ? lse_row[i] : 0.0f);
                                 for (int j = 0; j < TILE; j += 16) {
                                     v16 e = exp16(load16(p + j) * sv - lv);
-                                    if (j + 16 > visible)
-                                        for (int t = 0; t < 16; t++) if (j + t >= visible) e[t] = 0.0f;
+                                    if (j + 16 > visible) e = keep_below16(e, j, visible, 0.0f);
                                     store16(p + j, e);
                                 }
                             }
