@@ -104,8 +104,38 @@ static void load_tile(float *dst, int Dp, const float *src, int b, int r0, int r
     }
 }
 
+/* dst (16 rows, stride ldd) = transpose of src (16 rows, stride lds): four
+ * rounds of interleaving row k with row k + 8 (a perfect shuffle) transpose
+ * a 16 x 16 block. */
+static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
+    typedef int v16idx __attribute__((vector_size(64)));
+    const v16idx lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const v16idx hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    v16 r[16], t[16];
+    #pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) r[k] = load16(src + (size_t)k * lds);
+    #pragma GCC unroll 4
+    for (int round = 0; round < 4; round++) {
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            t[2 * k] = __builtin_shuffle(r[k], r[k + 8], lo);
+            t[2 * k + 1] = __builtin_shuffle(r[k], r[k + 8], hi);
+        }
+        memcpy(r, t, sizeof r);
+    }
+    #pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) store16(dst + (size_t)k * ldd, r[k]);
+}
+
 /* Same, transposed: dst (Dp, TILE). */
 static void load_tile_t(float *dst, int Dp, const float *src, int b, int r0, int rows, int T, int heads, int h, int D) {
+    if (rows == TILE && D == Dp) { /* full tile: 16 x 16 blocks */
+        const float *base = src + (((size_t)b * T + r0) * heads + h) * D;
+        size_t ld = (size_t)heads * D;
+        for (int i = 0; i < TILE; i += 16)
+            for (int j = 0; j < D; j += 16) transpose16(dst + (size_t)j * TILE + i, TILE, base + (size_t)i * ld + j, ld);
+        return;
+    }
     memset(dst, 0, (size_t)Dp * TILE * sizeof(float));
     for (int i = 0; i < rows; i++) {
         const float *s = src + (((size_t)b * T + r0 + i) * heads + h) * D;
