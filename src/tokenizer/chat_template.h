@@ -18,6 +18,7 @@ typedef struct ChatTemplate ChatTemplate;
 #define CHAT_TEMPLATE_MAX_DEPTH 200            /* nested blocks/expressions and macro calls */
 #define CHAT_TEMPLATE_MAX_ITERATIONS 1000000L  /* loop iterations and range() items, whole render */
 #define CHAT_TEMPLATE_MAX_OUTPUT (64u << 20)   /* bytes of output and of any one string */
+#define CHAT_TEMPLATE_MAX_WORK (1ul << 30)     /* bytes of strings built, whole render */
 
 /* Compiles a template; `name` (e.g. "DIR/tokenizer_config.json: chat_template")
  * is used in errors. An unsupported construct is an error naming it and its

@@ -58,6 +58,7 @@ struct Node {
     Node *a, *b, *c;
     Node **list;  size_t n;
     Node **list2; size_t n2;
+    json_t *lit;          /* E_STR, E_INT, E_FLOAT: the constant, shared by every render */
 };
 
 typedef struct Block Block;
@@ -65,6 +66,7 @@ struct ChatTemplate {
     char *name;
     Node **body; size_t n_body;
     Block *blocks;   /* every node, string and list of the tree */
+    json_t **lits; size_t n_lits, cap_lits;  /* owned references of Node.lit */
 };
 
 /* chat_template_parse.c: block allocator of the tree. */

@@ -36,6 +36,8 @@ bool ct_test_known(const char *name) { return in_list(TESTS, name); }
 /* ---------------------------------------------------------------- helpers */
 
 static int ret_str(Ctx *c, const Node *at, const char *s, size_t n, Value *out) {
+    *out = v_undef();
+    TRY(count_work(c, at, n));
     *out = v_json(json_oom(c, at, json_stringn_nocheck(s ? s : "", n)));
     return out->k == V_UNDEF ? -1 : 0;
 }
@@ -378,7 +380,7 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
         for (size_t i = 0; rc == 0 && i < a->nkw; i++) {
             Value v = a->kwv[i];
             if (v.k == V_MACRO || v.k == V_FUNC) rc = rt_error(c, at, "a macro or function cannot be stored in a namespace");
-            else if (v.k != V_UNDEF && json_object_set(obj, a->kw[i], v.j) < 0) rc = rt_error(c, at, "out of memory");
+            else if (v.k != V_UNDEF && json_object_set_new(obj, a->kw[i], v_to_json(v)) < 0) rc = rt_error(c, at, "out of memory");
         }
         if (rc < 0) { json_decref(obj); return -1; }
         *out = (Value){.k = V_NS, .j = obj};
@@ -456,6 +458,8 @@ static int sorted(Ctx *c, const Node *at, json_t *arr, bool reverse, bool case_s
     json_t **v = mem_alloc((n + 1) * sizeof(json_t *)), **tmp = mem_alloc((n + 1) * sizeof(json_t *));
     if (!v || !tmp) { mem_free(v); mem_free(tmp); return -1; }
     for (size_t i = 0; i < n; i++) v[i] = json_array_get(arr, i);
+    double log_n = n > 1 ? ceil(log2((double)n)) : 1;
+    if (count_iterations(c, at, (long)(n * log_n)) < 0) { mem_free(v); mem_free(tmp); return -1; }
     CmpCtx cc = {c, at, case_sensitive, 0};
     merge_sort(v, tmp, n, &cc, attr, reverse);
     json_t *res = cc.failed ? NULL : json_array();
@@ -500,6 +504,7 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
         if (x.k == V_MACRO || x.k == V_FUNC) return rt_error(c, at, "tojson: cannot serialize a %s", v_type(x));
         Buf b = {0};
         json_t *j = v_to_json(x);
+        if (!j) return rt_error(c, at, "out of memory");
         int rc = json_write(&b, j, &st, 0);
         json_decref(j);
         if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
@@ -670,6 +675,7 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
         if (!arr) return rt_error(c, at, "out of memory");
         size_t len = json_array_size(x.j);
         for (size_t i = 0; i < len; i++) {
+            if (count_iterations(c, at, (long)json_array_size(arr) + 1) < 0) { json_decref(arr); return -1; }
             Value item = {.k = V_JSON, .j = json_array_get(x.j, i)};
             bool seen = false;
             for (size_t k = 0; k < json_array_size(arr) && !seen; k++) seen = v_strict_equal(item, (Value){.k = V_JSON, .j = json_array_get(arr, k)});

@@ -413,6 +413,22 @@ static Node *node(Parser *p, NodeKind kind, size_t at) {
     return nd;
 }
 
+/* Makes the constant of a literal node once, at compile time. */
+static int set_lit(Parser *p, Node *nd) {
+    ChatTemplate *t = p->t;
+    json_t *j = nd->kind == E_STR ? json_stringn_nocheck(nd->str, nd->len) : nd->kind == E_INT ? json_integer(nd->ival) : json_real(nd->fval);
+    if (!j) return error_set("%s: out of memory", t->name);
+    if (t->n_lits == t->cap_lits) {
+        size_t cap = t->cap_lits ? t->cap_lits * 2 : 64;
+        json_t **nl = mem_realloc(t->lits, cap * sizeof(json_t *));
+        if (!nl) { json_decref(j); return -1; }
+        t->lits = nl; t->cap_lits = cap;
+    }
+    t->lits[t->n_lits++] = j;
+    nd->lit = j;
+    return 0;
+}
+
 /* growable list of nodes in the block allocator */
 typedef struct { Node **v; size_t n, cap; } NodeList;
 static int list_push(Parser *p, NodeList *l, Node *x) {
@@ -523,11 +539,13 @@ static Node *parse_member(Parser *p, Node *obj) {
                 Node *prop = node(p, E_STR, tk->at);
                 if (!prop) return NULL;
                 prop->str = ct_strndup(p->t, tk->val, tk->len); prop->len = tk->len;
+                if (!prop->str || set_lit(p, prop) < 0) return NULL;
                 m->b = prop;
             } else if (tk->type == T_NUM && !memchr(tk->val, '.', tk->len) && tk->val[0] != '-') {
                 Node *prop = node(p, E_INT, tk->at);
                 if (!prop) return NULL;
                 prop->ival = strtoll(tk->val, NULL, 10);
+                if (set_lit(p, prop) < 0) return NULL;
                 m->b = prop;
             } else {
                 fail_at(p, tk->at, "expected a name after '.'%s%s", NULL, NULL);
@@ -774,7 +792,7 @@ static Node *parse_primary(Parser *p) {
             if ((v == LLONG_MAX || v == LLONG_MIN) && tk->len > 18) { fail_at(p, tk->at, "integer literal %s is too large%s", buf, NULL); return NULL; }
             nd->ival = v;
         }
-        return nd;
+        return set_lit(p, nd) < 0 ? NULL : nd;
     }
     case T_STR: {
         size_t total = 0, k = p->pos;
@@ -786,7 +804,7 @@ static Node *parse_primary(Parser *p) {
         Node *nd = node(p, E_STR, tk->at);
         if (!nd) return NULL;
         nd->str = buf; nd->len = total;
-        return nd;
+        return set_lit(p, nd) < 0 ? NULL : nd;
     }
     case T_IDENT: {
         p->pos++;
@@ -1047,6 +1065,8 @@ static Node *parse_statement(Parser *p) {
 void chat_template_free(ChatTemplate *t) {
     if (!t) return;
     for (Block *b = t->blocks, *next; b; b = next) { next = b->next; mem_free(b); }
+    for (size_t i = 0; i < t->n_lits; i++) json_decref(t->lits[i]);
+    mem_free(t->lits);
     mem_free(t->name);
     mem_free(t);
 }

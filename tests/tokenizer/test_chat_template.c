@@ -287,6 +287,9 @@ static void test_errors(void) {
     EXPECT_ERROR("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, "recursion limit");
     EXPECT_ERROR("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", NULL,
                  "output limit");
+    EXPECT_ERROR("{% set ns = namespace(s='') %}{% set k = 'x' * 1000 %}{% for i in range(100000) %}{% set ns.s = ns.s ~ k %}{% endfor %}",
+                 NULL, "work limit");
+    EXPECT_ERROR("{% set big = range(5000) | list %}{{ big | unique | length }}", NULL, "loop limit");
     /* deep nesting is a compile error, not a stack overflow */
     size_t depth = 5000;
     char *deep = malloc(depth * 2 + 16);
