@@ -518,17 +518,11 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
     }
     if (!strcmp(name, "string")) { if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out); return to_string_value(c, at, x, out); }
     if (!strcmp(name, "trim")) {
-        Value tmp = v_undef();
-        if (!s) {
-            if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
-            TRY(to_string_value(c, at, x, &tmp));
-        }
-        Value src = s ? x : tmp;
+        if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+        if (!s) return rt_error(c, at, "filter 'trim' cannot be applied to a %s value", v_type(x));
         size_t b, e;
-        strip_bounds(v_str(src), v_len(src), arg_get(a, 0, "chars"), true, true, &b, &e);
-        int rc = ret_str(c, at, v_str(src) + b, e - b, out);
-        v_free(&tmp);
-        return rc;
+        strip_bounds(s, n, arg_get(a, 0, "chars"), true, true, &b, &e);
+        return ret_str(c, at, s + b, e - b, out);
     }
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") || !strcmp(name, "capitalize")) {
         if (!s) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
