@@ -238,17 +238,6 @@ int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *a, V
             if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
             return ret_buf(c, at, &b, out);
         }
-        if (!strcmp(name, "format")) {  /* "%s"-free subset: "{}" placeholders */
-            Buf b = {0};
-            size_t next = 0;
-            int rc = 0;
-            for (size_t i = 0; rc == 0 && i < n; i++) {
-                if (s[i] == '{' && i + 1 < n && s[i + 1] == '}') { rc = v_to_string(&b, arg_get(a, next++, NULL)); i++; }
-                else rc = buf_put(&b, s + i, 1);
-            }
-            if (rc < 0) { mem_free(b.s); return -1; }
-            return ret_buf(c, at, &b, out);
-        }
     } else if (v_is_obj(self) && self.k == V_JSON) {
         if (!strcmp(name, "get")) {
             if (!v_is_str(a0)) return rt_error(c, at, "get(): key must be a string");

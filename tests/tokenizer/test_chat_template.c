@@ -119,7 +119,9 @@ static int compare(const char *ref_path) {
     printf("identical: %zu/%zu\n", same, total);
     json_decref(spec);
     json_decref(ref);
-    return check_finish("chat_compare");
+    char summary[64];
+    snprintf(summary, sizeof summary, "chat_compare (identical: %zu/%zu)", same, total);
+    return check_finish(summary);
 }
 
 /* ---------------------------------------------------------------- unit tests */
