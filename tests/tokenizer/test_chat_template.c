@@ -2,7 +2,7 @@
  *   no arguments: unit tests on synthetic templates (every construct, with
  *     expected strings written by hand) and error cases (unknown filter,
  *     unterminated block, loop and recursion limits, raise_exception);
- *   --compare REF.json: renders every (template x case) of
+ *   --compare REF.json [NAME,NAME...]: renders every (template x case) of
  *     tests/tokenizer/chat_cases.json and requires byte-identical output to
  *     what @huggingface/jinja produced (tests/tokenizer/chat_reference.mjs),
  *     or an error where it raised one; prints "identical: K/N" per template
@@ -43,7 +43,16 @@ static void show_diff(const char *want, const char *got) {
     fprintf(stderr, "    first difference at byte %zu\n    want: %.80s\n    got:  %.80s\n", i, want + from, got + from);
 }
 
-static int compare(const char *ref_path) {
+/* templates: NULL for all, else a comma-separated list of names to compare */
+static bool selected(const char *templates, const char *name) {
+    if (!templates) return true;
+    size_t n = strlen(name);
+    for (const char *p = templates; (p = strstr(p, name)); p += n)
+        if ((p == templates || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+static int compare(const char *ref_path, const char *templates) {
     json_error_t jerr;
     const char *cases = getenv("CHAT_CASES") ? getenv("CHAT_CASES") : "tests/tokenizer/chat_cases.json";
     json_t *spec = json_load_file(cases, 0, &jerr);
@@ -54,6 +63,7 @@ static int compare(const char *ref_path) {
     json_t *t;
     json_array_foreach(json_object_get(spec, "templates"), idx, t) {
         const char *tname = json_string_value(json_object_get(t, "name"));
+        if (!selected(templates, tname)) continue;
         const char *config_path = json_string_value(json_object_get(t, "config"));
         json_t *config = config_path ? json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &jerr) : json_incref(t);
         CHECK_MSG(config != NULL, "%s: %s", tname, jerr.text);
@@ -71,7 +81,7 @@ static int compare(const char *ref_path) {
         ChatTemplate *tpl = NULL;
         int crc = source ? chat_template_compile(&tpl, source, name) : -1;
         CHECK_MSG(crc == 0, "%s: %s", tname, error_message());
-        size_t t_total = 0, t_same = 0, k;
+        size_t t_total = 0, t_same = 0, t_lenient = 0, k;
         json_t *r;
         json_array_foreach(ref, k, r) {
             if (strcmp(json_string_value(json_object_get(r, "template")), tname)) continue;
@@ -101,16 +111,24 @@ static int compare(const char *ref_path) {
                 else if (rc < 0) fprintf(stderr, "  %s x %s: error: %s\n", tname, cname, error_message());
                 else { fprintf(stderr, "  %s x %s: output differs\n", tname, cname); show_diff(want, out); }
             } else {
-                /* the reference raised: so must we, with its message when it is the template's own raise_exception */
+                /* the reference raised: so must we, with its message when it is the template's own
+                 * raise_exception. A reference that says which errors are raise_exception's (Python)
+                 * may fail elsewhere where we render (e.g. attribute of undefined): counted apart. */
                 const char *want = json_string_value(json_object_get(r, "error"));
-                if (rc < 0 && (!strstr(error_message(), "raise_exception: ") || strstr(error_message(), want))) t_same++;
+                json_t *raised = json_object_get(r, "raised");
+                if (rc == 0 && raised && !json_is_true(raised)) t_lenient++;
+                else if (rc < 0 && json_is_true(raised) && strstr(error_message(), want)) t_same++;
+                else if (rc < 0 && !raised && (!strstr(error_message(), "raise_exception: ") || strstr(error_message(), want))) t_same++;
+                else if (rc < 0 && raised && !json_is_true(raised) && !strstr(error_message(), "raise_exception: ")) t_same++;
                 else fprintf(stderr, "  %s x %s: expected error \"%s\", got %s\n", tname, cname, want, rc < 0 ? error_message() : "output");
             }
             mem_free(out);
             json_decref(ctx);
         }
-        printf("%-8s identical: %zu/%zu\n", tname, t_same, t_total);
-        CHECK_MSG(t_total > 0 && t_same == t_total, "%s: %zu of %zu renders differ", tname, t_total - t_same, t_total);
+        printf("%-8s identical: %zu/%zu", tname, t_same, t_total);
+        if (t_lenient) printf(" (+%zu rendered where the reference failed outside raise_exception)", t_lenient);
+        printf("\n");
+        CHECK_MSG(t_total > 0 && t_same + t_lenient == t_total, "%s: %zu of %zu renders differ", tname, t_total - t_same - t_lenient, t_total);
         total += t_total; same += t_same;
         chat_template_free(tpl);
         free(source);
@@ -345,7 +363,7 @@ static void test_alloc_failures(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "--compare")) return compare(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "--compare")) return compare(argv[2], argc >= 4 ? argv[3] : NULL);
     test_text_and_whitespace();
     test_expressions();
     test_tests();
