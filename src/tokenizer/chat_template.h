@@ -40,6 +40,10 @@ void chat_template_free(ChatTemplate *t);
  * raise_exception(msg) in the template becomes an error containing msg.
  * Output is heap (mem_free), NUL-terminated; out_len may be NULL. */
 int chat_template_render(const ChatTemplate *t, json_t *context, char **out, size_t *out_len);
+/* A compiled template is read-only while rendering, so several threads may
+ * render it at once, each with its own context (contexts must not share
+ * jansson values between threads: their reference counts are not atomic
+ * under every build of jansson). */
 
 /* Convenience: messages (array of {role, content, ...}), tools (array or NULL);
  * bos/eos may be NULL (then left undefined). */

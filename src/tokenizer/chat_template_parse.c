@@ -425,6 +425,9 @@ static int set_lit(Parser *p, Node *nd) {
         t->lits = nl; t->cap_lits = cap;
     }
     t->lits[t->n_lits++] = j;
+    /* Immortal, as jansson's own true/false/null: incref/decref only read the
+     * count, so renders on several threads share the constant without a race. */
+    j->refcount = (size_t)-1;
     nd->lit = j;
     return 0;
 }
@@ -1065,7 +1068,7 @@ static Node *parse_statement(Parser *p) {
 void chat_template_free(ChatTemplate *t) {
     if (!t) return;
     for (Block *b = t->blocks, *next; b; b = next) { next = b->next; mem_free(b); }
-    for (size_t i = 0; i < t->n_lits; i++) json_decref(t->lits[i]);
+    for (size_t i = 0; i < t->n_lits; i++) { t->lits[i]->refcount = 1; json_decref(t->lits[i]); }
     mem_free(t->lits);
     mem_free(t->name);
     mem_free(t);

@@ -339,6 +339,29 @@ static void test_errors(void) {
     CHECK(chat_template_compile(&t, NULL, "t") < 0);
 }
 
+/* One compiled template rendered from several threads at once gives each the same text. */
+static void test_threads(void) {
+    ChatTemplate *t = NULL;
+    CHECK(chat_template_compile(&t, "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                                    "[{{ m.role | upper }}:{{ m.content.strip() ~ '!' }}]{% endfor %}{{ ns.n }}{{ ' end' }}", "threads") == 0);
+    int bad = 0;
+    #pragma omp parallel for reduction(+:bad)
+    for (int i = 0; i < 64; i++) {
+        char ctx_json[160];
+        snprintf(ctx_json, sizeof ctx_json, "{\"messages\": [{\"role\": \"user\", \"content\": \" m%d \"}, {\"role\": \"bot\", \"content\": \"ok\"}]}", i);
+        json_t *ctx = json_loads(ctx_json, 0, NULL);
+        char *out = NULL, want[96];
+        snprintf(want, sizeof want, "[USER:m%d!][BOT:ok!]2 end", i);
+        for (int rep = 0; rep < 50; rep++) {
+            if (chat_template_render(t, ctx, &out, NULL) < 0 || strcmp(out, want)) bad++;
+            mem_free(out);
+        }
+        json_decref(ctx);
+    }
+    CHECK(bad == 0);
+    chat_template_free(t);
+}
+
 /* Allocation failures anywhere in compile or render are errors, never crashes. */
 static void test_alloc_failures(void) {
     const char *src = "{% set ns = namespace(a=1) %}{% for m in messages %}{{ m.role | upper }}{{ m.content | trim }}{% endfor %}";
@@ -372,6 +395,7 @@ int main(int argc, char **argv) {
     test_globals();
     test_apply();
     test_errors();
+    test_threads();
     test_alloc_failures();
     return check_finish("chat_template");
 }
