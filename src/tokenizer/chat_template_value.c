@@ -343,7 +343,11 @@ int rt_error(const Ctx *c, const Node *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (at) return error_set("%s: %u:%u: %s", c->t->name, at->line, at->col, msg);
+    if (at) {
+        uint32_t line, col;
+        ct_where(c->t->source, at->off, &line, &col);
+        return error_set("%s: %u:%u: %s", c->t->name, line, col, msg);
+    }
     return error_set("%s: %s", c->t->name, msg);
 }
 
