@@ -118,8 +118,9 @@ static int eval_args(Ctx *c, Scope *s, const Node *at, Node *const *list, size_t
 static int get_member(Ctx *c, const Node *at, Value obj, Value prop, Value *out) {
     *out = v_undef();
     if (obj.k == V_LOOP) {
-        if (v_is_str(prop)) *out = v_json(loop_field(obj, v_str(prop)));
-        return 0;
+        bool oom = false;
+        if (v_is_str(prop)) *out = v_json(loop_field(obj, v_str(prop), &oom));
+        return oom ? rt_error(c, at, "out of memory") : 0;
     }
     if (v_is_obj(obj)) {
         if (!v_is_str(prop)) return 0;

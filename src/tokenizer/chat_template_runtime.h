@@ -60,7 +60,7 @@ bool v_equal(Value a, Value b);       /* the reference's loose == */
 bool v_strict_equal(Value a, Value b);/* `in`, unique: same type and value */
 const char *v_type(Value v);          /* for error messages */
 json_t *v_to_json(Value v);           /* new reference for storing in arrays/objects; undefined -> null; NULL on OOM */
-json_t *loop_field(Value loop, const char *name);  /* new reference, NULL when no such field */
+json_t *loop_field(Value loop, const char *name, bool *oom);  /* new reference; NULL: no such field, or *oom */
 json_t *loop_object(Value loop);                   /* the loop variable as a JSON object */
 
 int buf_put(Buf *b, const char *s, size_t n);

@@ -123,26 +123,31 @@ json_t *v_to_json(Value v) {
     return json_null();
 }
 
-json_t *loop_field(Value loop, const char *name) {
+json_t *loop_field(Value loop, const char *name, bool *oom) {
     size_t i = (size_t)loop.fn, n = json_array_size(loop.j);
-    if (!strcmp(name, "index")) return json_integer((json_int_t)i + 1);
-    if (!strcmp(name, "index0")) return json_integer((json_int_t)i);
-    if (!strcmp(name, "revindex")) return json_integer((json_int_t)(n - i));
-    if (!strcmp(name, "revindex0")) return json_integer((json_int_t)(n - i - 1));
-    if (!strcmp(name, "first")) return json_boolean(i == 0);
-    if (!strcmp(name, "last")) return json_boolean(i + 1 == n);
-    if (!strcmp(name, "length")) return json_integer((json_int_t)n);
+    json_t *f = NULL;
+    *oom = false;
     if (!strcmp(name, "previtem")) return i > 0 ? json_incref(json_array_get(loop.j, i - 1)) : NULL;
     if (!strcmp(name, "nextitem")) return i + 1 < n ? json_incref(json_array_get(loop.j, i + 1)) : NULL;
-    return NULL;
+    if (!strcmp(name, "first")) return json_boolean(i == 0);
+    if (!strcmp(name, "last")) return json_boolean(i + 1 == n);
+    if (!strcmp(name, "index")) f = json_integer((json_int_t)i + 1);
+    else if (!strcmp(name, "index0")) f = json_integer((json_int_t)i);
+    else if (!strcmp(name, "revindex")) f = json_integer((json_int_t)(n - i));
+    else if (!strcmp(name, "revindex0")) f = json_integer((json_int_t)(n - i - 1));
+    else if (!strcmp(name, "length")) f = json_integer((json_int_t)n);
+    else return NULL;
+    *oom = f == NULL;
+    return f;
 }
 
 json_t *loop_object(Value loop) {
     static const char *const fields[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem"};
     json_t *o = json_object();
     for (size_t k = 0; o && k < sizeof fields / sizeof fields[0]; k++) {
-        json_t *f = loop_field(loop, fields[k]);
-        if (f && json_object_set_new(o, fields[k], f) < 0) { json_decref(o); o = NULL; }
+        bool oom;
+        json_t *f = loop_field(loop, fields[k], &oom);
+        if (oom || (f && json_object_set_new(o, fields[k], f) < 0)) { json_decref(o); o = NULL; }
     }
     return o;
 }

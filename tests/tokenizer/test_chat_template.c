@@ -383,6 +383,51 @@ static void test_alloc_failures(void) {
     }
     mem_fail_at(0);
     CHECK(failures > 0);
+
+    /* the synthetic constructs template: every allocation site of compile and
+     * render on a rich context, sampled (the first 300, then every 17th) */
+    char *big = read_text("tests/tokenizer/chat_synthetic_constructs.jinja");
+    json_t *spec = json_load_file("tests/tokenizer/chat_cases.json", 0, NULL);
+    CHECK(big && spec);
+    if (!big || !spec) { free(big); json_decref(spec); return; }
+    json_t *ctx = json_object(), *tpl, *cs;
+    size_t i;
+    json_array_foreach(json_object_get(spec, "templates"), i, tpl)
+        if (json_object_get(tpl, "extra")) json_object_update(ctx, json_object_get(tpl, "extra"));
+    json_array_foreach(json_object_get(spec, "cases"), i, cs)
+        if (!strcmp(json_string_value(json_object_get(cs, "name")), "content_parts")) json_object_set(ctx, "messages", json_object_get(cs, "messages"));
+    char *want = NULL;
+    long start = mem_alloc_count();
+    ChatTemplate *t = NULL;
+    CHECK(chat_template_compile(&t, big, "big") == 0 && chat_template_render(t, ctx, &want, NULL) == 0);
+    long allocs = mem_alloc_count() - start;
+    chat_template_free(t);
+    /* jansson's own allocations too */
+    json_set_alloc_funcs(mem_alloc, mem_free);
+    mem_fail_at(0);
+    CHECK(chat_template_compile(&t, big, "big") == 0);
+    char *again = NULL;
+    CHECK(chat_template_render(t, ctx, &again, NULL) == 0 && again && !strcmp(again, want));
+    mem_free(again);
+    chat_template_free(t);
+    allocs = mem_alloc_count();
+    int ok = 0, failed = 0, wrong = 0;
+    for (long n = 1; want && n <= allocs + 1; n++) {
+        mem_fail_at(n);
+        char *out = NULL;
+        int rc = chat_template_compile(&t, big, "big");
+        if (rc == 0) { rc = chat_template_render(t, ctx, &out, NULL); chat_template_free(t); }
+        mem_fail_at(0);
+        if (rc == 0) { ok++; if (strcmp(out, want)) { wrong++; if (wrong < 30) fprintf(stderr, "allocation %ld failed silently\n", n); } }
+        else failed++;
+        mem_free(out);
+    }
+    json_set_alloc_funcs(malloc, free);
+    CHECK_MSG(failed > 200 && ok >= 1 && wrong == 0, "%d renders failed, %d succeeded, %d wrong (of %ld allocations)", failed, ok, wrong, allocs);
+    mem_free(want);
+    json_decref(ctx);
+    json_decref(spec);
+    free(big);
 }
 
 int main(int argc, char **argv) {
