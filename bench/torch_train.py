@@ -108,8 +108,9 @@ def random_weights(torch, cfg, dtype, gen):
     bias = cfg["model_type"] == "qwen2"
 
     def n(*shape, std=0.02):
-        t = torch.empty(*shape, dtype=torch.float32).normal_(0.0, std, generator=gen)
-        return t.to(dtype) if dtype != torch.float32 else t
+        # drawn directly in the storage dtype: no fp32 temporaries that would
+        # fragment the heap and inflate the peak RSS of a bf16 run
+        return torch.empty(*shape, dtype=dtype).normal_(0.0, std, generator=gen)
 
     def ones(k):
         return torch.ones(k, dtype=dtype)
