@@ -14,6 +14,15 @@
 #include "base/sys.h"
 #include "kernels/matmul.h"
 #include <stdlib.h>
+#include <time.h>
+
+/* CPU seconds of the whole process (all threads): on a shared, loaded
+ * machine this is steadier than wall time. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static void run(const char *dir, DType ft, int B, int T, int steps, bool ckpt, bool full) {
     ModelConfig cfg;
@@ -31,18 +40,18 @@ static void run(const char *dir, DType ft, int B, int T, int steps, bool ckpt, b
     int32_t *tok = mem_alloc((size_t)B * W * 4), len[64], off[64];
     for (int i = 0; i < B * W; i++) tok[i] = (int32_t)rng_below(&rng, (uint64_t)cfg.vocab_size);
     for (int b = 0; b < B; b++) { len[b] = W; off[b] = 0; }
-    double best = 1e30, sum = 0;
+    double best = 1e30, sum = 0, cpu = 0;
     for (int s = 0; s <= steps; s++) {
-        double t0 = time_now(), loss; long nt;
+        double t0 = time_now(), c0 = cpu_now(), loss; long nt;
         if (model_forward_backward(m, tok, B, W, len, off, 1.0f, NULL, &loss, &nt) < 0) die_with_error();
         double dt = time_now() - t0;
-        if (s > 0) { sum += dt; if (dt < best) best = dt; }   /* step 0 warms up (primitive creation) */
+        if (s > 0) { sum += dt; cpu += cpu_now() - c0; if (dt < best) best = dt; }   /* step 0 warms up (primitive creation) */
         if (s == 0) printf("  warm-up step %.0f ms, loss %.4f\n", dt * 1e3, loss);
     }
     char b1[32];
-    printf("%-5s %s%s B=%d T=%d: fwd+bwd best %.0f ms, mean %.0f ms  (%.0f tokens/s), arena %s\n",
+    printf("%-5s %s%s B=%d T=%d: fwd+bwd best %.0f ms, mean %.0f ms, CPU %.0f ms/step (%.0f tokens/s), arena %s\n",
            dtype_name(ft), full ? "full(last 4)" : "LoRA r8 all", ckpt ? " +ckpt" : "", B, T, best * 1e3, sum / steps * 1e3,
-           B * T / best, format_bytes(b1, sizeof b1, planned));
+           cpu / steps * 1e3, B * T / best, format_bytes(b1, sizeof b1, planned));
     mem_free(tok);
     model_free(m);
     arena_free(&arena);
