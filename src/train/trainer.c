@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -86,6 +87,17 @@ static bool inject_nan_at(int it) {
         if (*end && *end != ',') return false;
     }
     return false;
+}
+
+/* LMTUNE_TEST_STEP_DELAY_MS=n: sleep n ms after each iteration, so a test
+ * can deliver a signal in the middle of a run of a tiny model. */
+static void test_step_delay(void) {
+    const char *ms = getenv("LMTUNE_TEST_STEP_DELAY_MS");
+    if (!ms) return;
+    long n = strtol(ms, NULL, 10);
+    if (n <= 0) return;
+    struct timespec ts = {n / 1000, (n % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 static void zero_grads(Trainee *tr) {
@@ -272,6 +284,7 @@ static int run_loop(Loop *L, TrainResult *res) {
         res->iterations = it;
         res->updates = L->opt->step;
         res->skipped_updates = st->skipped_total;
+        test_step_delay();
         if (g_stop_signal) {
             res->stop_signal = g_stop_signal;
             if (dist_rank() == 0)
