@@ -194,13 +194,21 @@ static int run_train(Run *r, int *exit_code) {
         return -1;
     }
     size_t model_arena = plan_arena_bytes(&plan);
-    if (a->memory_limit && plan_total(&plan) > a->memory_limit) {
+    /* Optimizer moments before any weight is loaded: Adam/AdamW keep two
+     * fp32 copies of the trainable tensors, SGD with momentum one; Adafactor
+     * at most one (factored rows and columns are far smaller). The exact
+     * bytes are carved below from the real tensor list. */
+    const OptimizerConfig *oc = &a->optimizer_config;
+    double moments = oc->kind == OPT_ADAM || oc->kind == OPT_ADAMW ? 2
+                   : oc->kind == OPT_SGD ? (oc->sgd.momentum > 0 ? 1 : 0) : 1;
+    size_t opt_estimate = (size_t)(moments * (double)plan_class_bytes(&plan, MEM_TRAINABLE));
+    if (a->memory_limit && plan_total(&plan) + opt_estimate > a->memory_limit) {
         char need[32], lim[32];
-        format_bytes(need, sizeof need, plan_total(&plan));
+        format_bytes(need, sizeof need, plan_total(&plan) + opt_estimate);
         format_bytes(lim, sizeof lim, a->memory_limit);
         plan_free(&plan);
-        return error_set("the run needs %s (without optimizer moments) but --memory-limit is %s; "
-                         "`lmtune plan` with the same flags shows where it goes", need, lim);
+        return error_set("the run needs %s but --memory-limit is %s; `lmtune plan` with the same flags shows "
+                         "where it goes and what each lever saves", need, lim);
     }
     plan_free(&plan);
     TRY(arena_init(&r->arena, model_arena));
