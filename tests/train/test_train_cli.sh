@@ -88,6 +88,20 @@ rc=$?
 ok '[ $rc -eq 1 ] && grep -q "5 updates in a row had a non-finite loss or gradient" "$T/nan.log"' "NaN guard stops after 5 in a row"
 ok 'grep -q "^Iter 1: non-finite loss, update skipped (1 in a row, 1 in total)$" "$T/nan.log"' "NaN skip line"
 
+# --epochs: sugar for the iterations of N passes (40 examples / batch 2 = 20 batches).
+run --epochs 0.5 --adapter-path "$T/epochs" > "$T/epochs.log" 2>&1
+rc=$?
+ok '[ $rc -eq 0 ] && grep -q "^Epochs: 0.5 x 20 batches = 10 iterations$" "$T/epochs.log" && grep -q "^Starting training..., iters: 10$" "$T/epochs.log"' "--epochs"
+
+# SIGINT: same path, exit 130.
+LMTUNE_TEST_STEP_DELAY_MS=200 "$BIN" train --model "$T/model" --data "$T/data" -c "$T/cfg.yaml" --iters 10 --adapter-path "$T/int" > "$T/int.log" 2>&1 &
+pid=$!
+for i in $(seq 1 600); do grep -q "^Iter 2: Train loss" "$T/int.log" 2>/dev/null && break; sleep 0.05; done
+kill -INT $pid
+wait $pid
+status=$?
+ok '[ $status -eq 130 ] && grep -q "stopped by signal 2" "$T/int.log" && [ -f "$T/int/training_state.safetensors" ]' "SIGINT exit status 130 (got $status)"
+
 # Flag errors: one line, exit 1.
 "$BIN" train --model "$T/model" --batch-size x > "$T/err.log" 2>&1
 rc=$?
