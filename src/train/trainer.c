@@ -335,8 +335,11 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     if (dist_rank() == 0) {
         report_line(&L.rep, "Starting training..., iters: %d", cfg->iters);
         if (dist_world() > 1) report_line(&L.rep, "Node %d of %d", dist_rank(), dist_world());
-        report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", cfg->batch_size, cfg->grad_accum,
-                    dist_world(), cfg->batch_size * cfg->grad_accum * dist_world());
+        /* --batch-size is global (MLX-LM splits it across workers): each
+         * worker's micro-batch has batch_size / world rows. */
+        int per_worker = cfg->batch_size / dist_world();
+        report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", per_worker, cfg->grad_accum,
+                    dist_world(), per_worker * cfg->grad_accum * dist_world());
     }
     if (run_loop(&L, res) < 0) {
         /* Keep what the run had learned: a failure after updates still
