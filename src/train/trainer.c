@@ -149,6 +149,11 @@ static int apply_update(Loop *L, int it) {
         if (cfg->grad_accum > 1) scale_grads(tr, (float)cfg->grad_accum);
     }
     double norm = grad_norm(tr);
+    /* Every worker must take the same decision: a NaN loss on one skips the
+     * update on all (the reduced gradients, hence the norm, are already equal). */
+    double bad = L->st.accum_bad ? 1 : 0;
+    TRY(dist_all_sum_doubles(&bad, 1));
+    L->st.accum_bad = bad > 0;
     if (L->st.accum_bad || !isfinite(norm)) {
         L->st.skipped_total++;
         L->st.nonfinite_streak++;
@@ -285,11 +290,14 @@ static int run_loop(Loop *L, TrainResult *res) {
         res->updates = L->opt->step;
         res->skipped_updates = st->skipped_total;
         test_step_delay();
-        if (g_stop_signal) {
-            res->stop_signal = g_stop_signal;
+        /* Workers stop together: a signal seen by any stops all after this iteration. */
+        double stop = g_stop_signal;
+        if (dist_world() > 1) TRY(dist_all_sum_doubles(&stop, 1));
+        if (stop > 0) {
+            res->stop_signal = g_stop_signal ? g_stop_signal : SIGTERM;
             if (dist_rank() == 0)
                 report_line(&L->rep, "Iter %d: stopped by signal %d; saving the adapters and the training state "
-                            "(continue with --resume)", it, (int)g_stop_signal);
+                            "(continue with --resume)", it, res->stop_signal);
             break;
         }
     }
