@@ -50,6 +50,28 @@ ok '[ -f "$T/straight/adapter_config.json" ] && [ -f "$T/straight/0000008_adapte
 ok 'grep -q "\"fine_tune_type\": \"lora\"" "$T/straight/adapter_config.json" && grep -q "^    \"lora_parameters\": {" "$T/straight/adapter_config.json"' "adapter_config.json keys and indent"
 ok '[ $(grep -c "\"train_loss\"" "$T/m.jsonl") -eq 5 ] && [ $(grep -c "\"val_loss\"" "$T/m.jsonl") -eq 4 ]' "metrics lines"
 
+# Adapter file: MLX-LM's keys, shapes, dtype and metadata for this model
+# (2 blocks, hidden 64, 4 heads x 16, 2 kv heads, intermediate 128, rank 4).
+/usr/bin/python3 - "$T/straight/adapters.safetensors" > "$T/keys.txt" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+print("meta", json.dumps(h.pop("__metadata__", None), sort_keys=True))
+for k in sorted(h): print(k, h[k]["dtype"], h[k]["shape"])
+PY
+ok 'grep -q "^meta {\"format\": \"mlx\"}$" "$T/keys.txt"' "metadata format mlx"
+ok '[ $(grep -c " F32 " "$T/keys.txt") -eq 28 ] && [ $(grep -vc "^meta" "$T/keys.txt") -eq 28 ]' "28 F32 tensors (2 blocks x 7 projections x A, B)"
+ok 'grep -q "^model.layers.0.self_attn.q_proj.lora_a F32 \[64, 4\]$" "$T/keys.txt" && grep -q "^model.layers.1.self_attn.k_proj.lora_b F32 \[4, 32\]$" "$T/keys.txt"' "attention shapes"
+ok 'grep -q "^model.layers.1.mlp.down_proj.lora_a F32 \[128, 4\]$" "$T/keys.txt" && grep -q "^model.layers.0.mlp.gate_proj.lora_b F32 \[4, 128\]$" "$T/keys.txt"' "MLP shapes"
+
+# An MLX-LM adapter (these keys, written by another tool) starts a run: --resume-adapter-file.
+run --iters 2 --adapter-path "$T/from_mlx" --resume-adapter-file "$T/straight/0000004_adapters.safetensors" > "$T/from_mlx.log" 2>&1
+rc=$?
+ok '[ $rc -eq 0 ]' "--resume-adapter-file loads an adapter"
+sed 's/rank: 4/rank: 8/' "$T/cfg.yaml" > "$T/rank8.yaml"
+"$BIN" train --model "$T/model" --data "$T/data" -c "$T/rank8.yaml" --iters 2 --adapter-path "$T/r8" --resume-adapter-file "$T/straight/adapters.safetensors" > "$T/r8.log" 2>&1
+rc=$?
+ok '[ $rc -eq 1 ] && grep -q "contains incompatible tensors:" "$T/r8.log" && grep -q "adapter shape (64, 4) does not match model parameter shape (64, 8)" "$T/r8.log"' "incompatible adapter refused with MLX-LM's message"
+
 # eval prints what train --test printed.
 "$BIN" eval --model "$T/model" --adapter-path "$T/straight" --data "$T/data" --batch-size 2 --max-seq-length 48 --threads 1 > "$T/eval.log" 2>&1
 rc=$?
