@@ -10,6 +10,7 @@
 #include "check.h"
 #include "model/model_testutil.h"
 #include "train/sources.h"
+#include "train/trainable_shapes.h"
 #include "train/trainer.h"
 
 typedef struct {
@@ -192,7 +193,63 @@ static void accumulation(void) {
     st_close(&in);
 }
 
+/* The trainable list planned from config + spec equals the loaded model's,
+ * and one arena of model + optimizer plan is consumed exactly. */
+static void planned_trainables(void) {
+    const char *cases[] = {"qwen2_bias_untied_full", "qwen3_qknorm_full_bf16", "llama_bias_lora_bf16", "mistral_lora", "train_adam"};
+    const TuneType types[] = {TUNE_LORA, TUNE_DORA, TUNE_FULL};
+    const int layers[] = {1, -1};
+    const unsigned keys[] = {PROJ_ALL, (1u << PROJ_Q) | (1u << PROJ_V) | (1u << PROJ_DOWN)};
+    int checked = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/ref/data/%s", cases[c]);
+        RefCase rc;
+        if (refcase_read(&rc, dir, cases[c]) < 0) { CHECK_MSG(0, "%s", error_message()); continue; }
+        for (int ti = 0; ti < 3; ti++) for (int li = 0; li < 2; li++) for (int ki = 0; ki < 2; ki++) {
+            if (types[ti] == TUNE_FULL && ki) continue;
+            ModelSpec spec = rc.spec;
+            spec.type = types[ti];
+            spec.num_layers = layers[li];
+            spec.lora_keys = keys[ki];
+            if (spec.lora_rank == 0) { spec.lora_rank = 3; spec.lora_scale = 2; }
+            size_t n = train_trainable_shapes(&rc.cfg, &spec, NULL);
+            TrainableTensor *shapes = mem_calloc(n ? n : 1, sizeof *shapes);
+            train_trainable_shapes(&rc.cfg, &spec, shapes);
+            DType file_dtype = rc.bf16 ? DTYPE_BF16 : DTYPE_F32;
+            MemPlan plan = {0};
+            Carver pl = {NULL, &plan};
+            OptimizerConfig oc;
+            optimizer_config_default(&oc);
+            oc.kind = ti == 2 ? OPT_ADAFACTOR : OPT_ADAMW;
+            Optimizer probe;
+            CHECK(model_layout_dtype(&rc.cfg, &spec, file_dtype, &pl) == 0);
+            CHECK(optimizer_layout(&probe, &oc, shapes, n, &pl) == 0);
+            optimizer_free(&probe);
+            Arena arena;
+            CHECK(arena_init(&arena, plan_arena_bytes(&plan)) == 0);
+            Model *m;
+            if (model_load(&m, dir, &spec, &arena) < 0) { CHECK_MSG(0, "%s: %s", cases[c], error_message()); plan_free(&plan); arena_free(&arena); mem_free(shapes); continue; }
+            TrainableTensor *t;
+            size_t nt = model_trainables(m, &t);
+            CHECK_MSG(train_trainables_match(shapes, n, t, nt) == 0, "%s type %d layers %d: %s", cases[c], ti, layers[li], error_message());
+            Carver cv = {&arena, NULL};
+            Optimizer o;
+            CHECK(optimizer_layout(&o, &oc, t, nt, &cv) == 0);
+            CHECK_MSG(arena.used == arena.capacity, "%s: planned %zu, carved %zu", cases[c], arena.capacity, arena.used);
+            optimizer_free(&o);
+            model_free(m);
+            arena_free(&arena);
+            plan_free(&plan);
+            mem_free(shapes);
+            checked++;
+        }
+    }
+    printf("planned trainables = model's, one arena exactly consumed: %d configurations\n", checked);
+}
+
 int main(void) {
+    planned_trainables();
     trajectory("train_adam", OPT_ADAM, 0.01f);
     trajectory("train_sgd", OPT_SGD, 0.1f);
     accumulation();
