@@ -21,13 +21,13 @@ typedef struct { const char *path; Tokenizer *t; } Ctx;
 /* flags: JSON_DECODE_INT_AS_REAL for tokenizer_config.json, whose
  * model_max_length is often 1e30 written as an integer. */
 static json_t *load_json(const char *path, size_t flags) {
+    /* One read and json_loadb: jansson's own file reader goes through getc. */
+    char *text; size_t size;
+    if (file_read_all(path, (size_t)1 << 31, &text, &size) < 0) return NULL;
     json_error_t err;
-    json_t *root = json_load_file(path, flags, &err);
-    if (!root) {
-        if (!file_exists(path)) { error_set("%s: cannot open: no such file", path); return NULL; }
-        error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text);
-        return NULL;
-    }
+    json_t *root = json_loadb(text, size, flags, &err);
+    mem_free(text);
+    if (!root) { error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text); return NULL; }
     if (!json_is_object(root)) { json_decref(root); error_set("%s: top level is not a JSON object", path); return NULL; }
     return root;
 }
