@@ -35,8 +35,9 @@
 typedef struct Tokenizer Tokenizer;
 
 /* Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json
- * (bos/eos/pad token strings, chat_template, add_bos_token...). Errors name
- * the file and the field. */
+ * (bos/eos/pad token strings, chat_template, add_bos_token...); a config
+ * without chat_template takes DIR/chat_template.jinja or
+ * DIR/chat_template.json when present. Errors name the file and the field. */
 int tokenizer_load(Tokenizer **out, const char *model_dir);
 int tokenizer_load_files(Tokenizer **out, const char *tokenizer_json,
                          const char *tokenizer_config_json /* or NULL */);
