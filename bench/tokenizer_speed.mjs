@@ -21,16 +21,20 @@ for (let pos = 0; pos < buf.length; ) {
   chunks.push(buf.subarray(pos, end).toString("utf8"));
   pos = end;
 }
+const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e3; }; // ms
+const c0 = cpu();
 const t0 = performance.now();
 const tok = TokenizerLoader.fromPreTrained({
   tokenizerJSON: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8")),
   tokenizerConfig: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8")),
 });
-const t1 = performance.now();
+const t1 = performance.now(), c1 = cpu();
 const pass = () => chunks.reduce((n, c) => n + tok.encode(c, { add_special_tokens: false }).length, 0);
 const nCold = pass();
-const t2 = performance.now();
+const t2 = performance.now(), c2 = cpu();
 pass();
-const t3 = performance.now();
+const t3 = performance.now(), c3 = cpu();
 const mbps = (ms) => (buf.length / 1e6 / (ms / 1e3)).toFixed(2);
-console.log(`JS  ${dir.padEnd(40)} load ${((t1 - t0) / 1e3).toFixed(2)}s  ${buf.length} bytes -> ${nCold} tokens  cold ${mbps(t2 - t1)} MB/s  warm ${mbps(t3 - t2)} MB/s`);
+const name = dir.split("-").pop();
+console.log(`JS  ${name.padEnd(16)} load ${((t1 - t0) / 1e3).toFixed(2)}s (cpu ${((c1 - c0) / 1e3).toFixed(2)}s)  ${buf.length} bytes -> ${nCold} tokens  ` +
+  `cold ${mbps(t2 - t1)} MB/s (cpu ${mbps(c2 - c1)})  warm ${mbps(t3 - t2)} MB/s (cpu ${mbps(c3 - c2)})`);

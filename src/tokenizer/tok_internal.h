@@ -214,5 +214,4 @@ const AddedToken *added_find(const Tokenizer *t, int32_t id);
 /* tok_decoder.c */
 int decoder_run(const Tokenizer *t, const Decoder *d, PieceList *tokens, PieceList *scratch);
 
-/* tok_load.c parsers for sub-objects (json_t from jansson) */
 #endif

@@ -78,6 +78,22 @@ static void test_generator(const char *dir) {
         CHECK(round_trips(t, "anything at all ✓"));
         tokenizer_free(t);
     }
+    /* A template beside the config (newer checkpoints). */
+    char *side = path_join(dir, "chat_template.jinja");
+    CHECK(atomic_write_file(side, "{{ messages }}", 14) == 0);
+    CHECK(tokenizer_load(&t, dir) == 0);
+    if (t) { CHECK(tokenizer_chat_template(t) && !strcmp(tokenizer_chat_template(t), "{{ messages }}")); tokenizer_free(t); }
+    unlink(side);
+    mem_free(side);
+    side = path_join(dir, "chat_template.json");
+    CHECK(atomic_write_file(side, "{\"chat_template\": \"J\"}", 22) == 0);
+    CHECK(tokenizer_load(&t, dir) == 0);
+    if (t) { CHECK(tokenizer_chat_template(t) && !strcmp(tokenizer_chat_template(t), "J")); tokenizer_free(t); }
+    CHECK(atomic_write_file(side, "{\"chat_template\": 3}", 20) == 0);
+    CHECK(tokenizer_load(&t, dir) < 0 && t == NULL);
+    CHECK_ERROR_CONTAINS("chat_template.json: chat_template");
+    unlink(side);
+    mem_free(side);
 }
 
 static void test_real(void) {

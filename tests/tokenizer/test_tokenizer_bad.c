@@ -213,6 +213,40 @@ static void test_template_and_config(void) {
     mem_free(json_copy);
 }
 
+/* Pre-token boundaries decide which merges may happen: with merges a+b,
+ * b+a, b+b, 1+2, each Split behaviour shows in the ids. */
+static void expect_ids(const char *pre_tokenizer, const char *text, const char *want) {
+    char json[2048];
+    snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"ba\": 3, \"bb\": 4, "
+             "\"1\": 5, \"2\": 6, \"12\": 7}, \"merges\": [\"a b\", \"b a\", \"b b\", \"1 2\"]}, \"pre_tokenizer\": %s}", pre_tokenizer);
+    Tokenizer *t;
+    if (load_text(&t, json, NULL) < 0) { fprintf(stderr, "%s\n", error_message()); CHECK(0); return; }
+    int32_t *ids; size_t n;
+    CHECK(tokenizer_encode(t, text, strlen(text), false, &ids, &n) == 0);
+    char got[256] = ""; size_t k = 0;
+    for (size_t i = 0; i < n && k < sizeof got - 16; i++) k += (size_t)snprintf(got + k, sizeof got - k, "%s%s", i ? " " : "", tokenizer_id_to_token(t, ids[i]));
+    CHECK_MSG(!strcmp(got, want), "%s on \"%s\": got \"%s\", want \"%s\"", pre_tokenizer, text, got, want);
+    mem_free(ids);
+    tokenizer_free(t);
+}
+
+static void test_split_behaviours(void) {
+#define SPLIT(b, inv) "{\"type\": \"Split\", \"pattern\": {\"String\": \"b\"}, \"behavior\": \"" b "\", \"invert\": " inv "}"
+    expect_ids(SPLIT("Isolated", "false"), "aba", "a b a");
+    expect_ids(SPLIT("Removed", "false"), "aba", "a a");
+    expect_ids(SPLIT("MergedWithPrevious", "false"), "aba", "ab a");
+    expect_ids(SPLIT("MergedWithNext", "false"), "aba", "a ba");
+    expect_ids(SPLIT("Contiguous", "false"), "abba", "a bb a");
+    expect_ids(SPLIT("Isolated", "false"), "abba", "a b b a");
+    expect_ids(SPLIT("Isolated", "true"), "aba", "b");
+    expect_ids("{\"type\": \"Split\", \"pattern\": {\"Regex\": \"b+\"}, \"behavior\": \"Isolated\", \"invert\": false}", "abba", "a bb a");
+    expect_ids("{\"type\": \"Digits\", \"individual_digits\": true}", "a12b", "a 1 2 b");
+    expect_ids("{\"type\": \"Digits\", \"individual_digits\": false}", "a12b", "a 12 b");
+    expect_ids("{\"type\": \"Sequence\", \"pretokenizers\": [" SPLIT("Isolated", "false") ", {\"type\": \"Digits\", \"individual_digits\": true}]}", "ab12", "a b 1 2");
+    expect_ids("null", "ab12ba", "ab 12 ba");
+#undef SPLIT
+}
+
 /* Name of token k: k in base 20, most significant digit first, digits
  * 'c'..'v'; so name(k) = name(k / 20) + name(k % 20) for k >= 20. */
 static size_t token_name(size_t k, char *out) {
@@ -268,6 +302,7 @@ int main(void) {
     test_bad_ids();
     test_unsupported();
     test_template_and_config();
+    test_split_behaviours();
     test_large_file(getenv("LMTUNE_TOK_LARGE") ? (size_t)atol(getenv("LMTUNE_TOK_LARGE")) : 300000);
     unlink(json_path); unlink(config_path); rmdir(dir);
     return check_finish("tokenizer_bad");

@@ -106,7 +106,6 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
         mem_free(plain); mem_free(special); mem_free(dec);
         json_decref(ref);
     }
-    free(line);
     fclose(f);
     printf("%-8s identical ids: %zu/%zu lines (add_special off), %zu/%zu (on); decode == reference decode: %zu/%zu; "
            "decode(encode(x)) == x: C %zu/%zu, reference %zu/%zu\n",
@@ -115,6 +114,29 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
     CHECK_MSG(same_plain == c->n && same_special == c->n, "%s: ids differ", name);
     CHECK_MSG(same_decode == c->n, "%s: decodes differ", name);
     CHECK_MSG(rt_c == rt_ref, "%s: round trips differ", name);
+    /* Decodes of random id sequences. */
+    snprintf(path, sizeof path, "%s/%s.decode.jsonl", ref_dir, name);
+    f = fopen(path, "r");
+    size_t n_dec = 0, same = 0;
+    while (f && getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL);
+        json_t *a = json_object_get(j, "ids");
+        size_t k = json_array_size(a);
+        int32_t *ids = mem_alloc((k + 1) * sizeof *ids);
+        for (size_t i = 0; i < k; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, i));
+        char *s = NULL; size_t len = 0;
+        const char *r = json_string_value(json_object_get(j, "text"));
+        size_t rl = json_string_length(json_object_get(j, "text"));
+        n_dec++;
+        if (tokenizer_decode(t, ids, k, json_is_true(json_object_get(j, "skip")), &s, &len) == 0 && r && rl == len && !memcmp(r, s, len)) same++;
+        else if (n_dec - same <= 3) fprintf(stderr, "  %s: random decode %zu differs: C \"%.80s\" ref \"%.80s\"\n", name, n_dec, s ? s : error_message(), r ? r : "");
+        mem_free(s); mem_free(ids);
+        json_decref(j);
+    }
+    if (f) fclose(f);
+    free(line);
+    printf("%-8s random id sequences: %zu/%zu decodes identical\n", name, same, n_dec);
+    CHECK_MSG(n_dec > 0 && same == n_dec, "%s: random decodes differ (%zu/%zu)", name, same, n_dec);
     tokenizer_free(t);
     return 0;
 }
