@@ -47,7 +47,17 @@ void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B,
     add_inplace(x_out, a->x_mid, (size_t)N * C);
 }
 
-static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
+/* Kernels accumulate (+=) into activation gradients, so they start at zero;
+ * these buffers are tens of MB per block, so the clearing is parallel too. */
+static void zero(float *p, size_t n) {
+    enum { CH = 1 << 16 };
+    long nch = (long)((n + CH - 1) / CH);
+    #pragma omp parallel for schedule(static)
+    for (long c = 0; c < nch; c++) {
+        size_t b = (size_t)c * CH, k = n - b < CH ? n - b : CH;
+        memset(p + b, 0, k * sizeof *p);
+    }
+}
 
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     const Dims *d = &m->d;
