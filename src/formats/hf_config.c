@@ -190,6 +190,8 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     TRY(get_number(root, name, "rms_norm_eps", true, 0, &eps));
     if (!(eps > 0 && eps < 1)) return error_set("%s: field \"rms_norm_eps\" is %g but must be in (0, 1)", name, eps);
     c->rms_norm_eps = (float)eps;
+    if (!(c->rms_norm_eps >= 1e-30f)) /* also keeps it a normal float */
+        return error_set("%s: field \"rms_norm_eps\" is %g, too small to be useful in float32", name, eps);
     TRY(get_number(root, name, "rope_theta", false, 10000.0, &c->rope_theta));
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return error_set("%s: field \"rope_theta\" is %g but must be positive", name, c->rope_theta);
@@ -208,6 +210,11 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     if (mlp_bias) return error_set("%s: field \"mlp_bias\" true is not supported", name);
     TRY(parse_token_ids(c, root, name));
     TRY(parse_dtype(c, root, name));
+    /* mistral sets sliding_window alone; qwen2/qwen3 gate it with use_sliding_window; llama has none */
+    bool use_window = strcmp(type, "mistral") == 0;
+    if (qwen2 || qwen3) TRY(get_bool(root, name, "use_sliding_window", false, &use_window));
+    if (use_window)
+        TRY(get_int(root, name, "sliding_window", false, 0, 0, 1 << 30, &c->sliding_window));
     return 0;
 }
 
@@ -253,6 +260,8 @@ int hf_config_write(const ModelConfig *c, const char *path) {
     bool qwen2 = strcmp(c->model_type, "qwen2") == 0, qwen3 = strcmp(c->model_type, "qwen3") == 0;
     if (c->qk_norm != qwen3) return error_set("%s: qk_norm is %s but model_type is %s", path, c->qk_norm ? "on" : "off", c->model_type);
     if (qwen2 && !c->attention_bias) return error_set("%s: qwen2 models always have attention biases", path);
+    if (c->sliding_window && strcmp(c->model_type, "llama") == 0)
+        return error_set("%s: llama models have no sliding_window", path);
     const char *dt = c->torch_dtype == DTYPE_BF16 ? "bfloat16" : c->torch_dtype == DTYPE_F16 ? "float16" : "float32";
     if (c->torch_dtype != DTYPE_F32 && c->torch_dtype != DTYPE_BF16 && c->torch_dtype != DTYPE_F16)
         return error_set("%s: torch_dtype %s cannot be written", path, dtype_name(c->torch_dtype));
@@ -293,6 +302,8 @@ int hf_config_write(const ModelConfig *c, const char *path) {
         for (int i = 0; i < c->n_eos; i++) EMIT("%s%d", i ? ", " : "", c->eos_token_ids[i]);
         EMIT("],\n");
     }
+    if (c->sliding_window > 0 && (qwen2 || qwen3)) EMIT("  \"use_sliding_window\": true,\n");
+    if (c->sliding_window > 0) EMIT("  \"sliding_window\": %d,\n", c->sliding_window);
     EMIT("  \"torch_dtype\": \"%s\"\n}\n", dt);
 #undef EMIT
     if (k >= cap) { mem_free(s); return error_set("%s: config text too long", path); }

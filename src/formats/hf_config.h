@@ -29,6 +29,10 @@ typedef struct {
     int eos_token_ids[8];       /* eos_token_id may be a list */
     int n_eos;
     DType torch_dtype;          /* DTYPE_F32 when absent */
+    int sliding_window;         /* 0 = full causal attention; mistral's sliding_window, or
+                                 * qwen2/qwen3's when use_sliding_window is true. lmtune computes
+                                 * full attention, so callers must refuse sequences longer
+                                 * than this (where it would differ) */
 } ModelConfig;
 
 int hf_config_load(ModelConfig *c, const char *path);

@@ -64,3 +64,18 @@ int model_check_tensors(const ModelConfig *c, const StModel *m) {
     mem_free(specs);
     return rc;
 }
+
+size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first, size_t first_cap) {
+    ModelTensorSpec *specs;
+    size_t n, total = 0;
+    if (first && first_cap) first[0] = 0;
+    if (model_tensor_specs(c, &specs, &n) < 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        const StTensor *t = st_model_find(m, specs[i].name);
+        size_t bad = t ? st_tensor_count_nonfinite(t) : 0;
+        if (bad && total == 0 && first && first_cap) snprintf(first, first_cap, "%s", specs[i].name);
+        total += bad;
+    }
+    mem_free(specs);
+    return total;
+}

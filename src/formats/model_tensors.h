@@ -21,4 +21,9 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n);
  * the first problem is the error ("DIR/model.safetensors: tensor "NAME":
  * shape [64, 32] but config.json implies [64, 64]"). */
 int model_check_tensors(const ModelConfig *c, const StModel *m);
+/* NaN/Inf elements over all the model's tensors (the format allows them, so
+ * this is a flag for the caller to warn or refuse, not an error). The name
+ * of the first tensor holding one goes to `first` (may be NULL). Returns 0
+ * for header-only models. Call after model_check_tensors. */
+size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first, size_t first_cap);
 #endif

@@ -118,9 +118,11 @@ static int parse_entry(StFile *f, StTensor *t, const char *name, const json_t *e
         t->shape[i] = (int64_t)d;
     }
     if (!off) return error_set("%s: tensor \"%s\": missing field \"data_offsets\"", p, name);
-    if (!json_is_array(off) || json_array_size(off) != 2)
-        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end] (2 integers, got %s%zu)", p, name,
-                         json_is_array(off) ? "" : "a non-array, ", json_is_array(off) ? json_array_size(off) : (size_t)0);
+    if (!json_is_array(off))
+        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end]", p, name);
+    if (json_array_size(off) != 2)
+        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end] (2 integers, got %zu)", p, name,
+                         json_array_size(off));
     if (!json_to_size(json_array_get(off, 0), &t->begin))
         return error_set("%s: tensor \"%s\": data_offsets[0] must be a non-negative integer", p, name);
     if (!json_to_size(json_array_get(off, 1), &t->end))
@@ -300,11 +302,11 @@ int st_open_header(StFile *f, const char *path) {
     if (fd < 0) { error_set("%s: cannot open: %s", path, strerror(errno)); st_close(f); return -1; }
     struct stat st;
     unsigned char first8[8] = {0}, *header = NULL;
-    size_t n = 0;
+    size_t n = 0, size = 0;
     int rc = 0;
     if (fstat(fd, &st) < 0) rc = error_set("%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode)) rc = error_set("%s: not a regular file", path);
-    size_t size = (size_t)st.st_size;
+    else size = (size_t)st.st_size;
     if (!rc && size >= 8 && read_exact(fd, first8, 8, 0) < 0) rc = error_set("%s: read error: %s", path, strerror(errno));
     if (!rc) rc = check_header_length(path, first8, size, &n);
     if (!rc && !(header = mem_alloc(n))) rc = error_prefix("%s", path);

@@ -16,6 +16,19 @@ static const char *LLAMA =
     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":256,"
     "\"rms_norm_eps\":1e-05,\"hidden_act\":\"silu\"}";
 
+/* With LMTUNE_SEED_CORPUS=DIR, every config text parsed here is also saved
+ * there (the fuzzer's seed corpus, tests/formats/fuzz/corpus_hf_config). */
+static void corpus_save(const char *text) {
+    static int counter = 0;
+    const char *dir = getenv("LMTUNE_SEED_CORPUS");
+    if (!dir) return;
+    char p[512];
+    snprintf(p, sizeof p, "%s/config_%03d.json", dir, counter++);
+    FILE *fp = fopen(p, "w");
+    if (fp) { fputs(text, fp); fclose(fp); }
+}
+static int parse(ModelConfig *c, const char *text) { corpus_save(text); return hf_config_parse(c, text, "config.json"); }
+
 /* Parses `base` with `key` set to the JSON `value` (or removed when NULL). */
 static int parse_with(ModelConfig *c, const char *base, const char *key, const char *value) {
     json_t *root = json_loads(base, 0, NULL);
@@ -26,7 +39,7 @@ static int parse_with(ModelConfig *c, const char *base, const char *key, const c
     }
     char *s = json_dumps(root, 0);
     json_decref(root);
-    int rc = hf_config_parse(c, s, "config.json");
+    int rc = parse(c, s);
     free(s);
     return rc;
 }
@@ -34,7 +47,7 @@ static int parse_with(ModelConfig *c, const char *base, const char *key, const c
 static void test_families(void) {
     ModelConfig c;
     /* llama: derived defaults */
-    CHECK(hf_config_parse(&c, LLAMA, "config.json") == 0);
+    CHECK(parse(&c, LLAMA) == 0);
     CHECK(strcmp(c.model_type, "llama") == 0);
     CHECK(c.hidden_size == 64 && c.intermediate_size == 172 && c.num_hidden_layers == 2 && c.vocab_size == 256);
     CHECK(c.num_attention_heads == 4 && c.num_key_value_heads == 2 && c.head_dim == 16);
@@ -53,7 +66,7 @@ static void test_families(void) {
         "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
         "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
         "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":\"bfloat16\"}";
-    CHECK(hf_config_parse(&c, l3, "config.json") == 0);
+    CHECK(parse(&c, l3) == 0);
     CHECK(c.head_dim == 48 && c.rope_theta == 500000.0 && c.max_position_embeddings == 131072);
     CHECK(c.tie_word_embeddings && c.attention_bias && !c.qk_norm);
     CHECK(c.rope_scaling.type == ROPE_SCALING_LLAMA3 && c.rope_scaling.factor == 32.0 && c.rope_scaling.low_freq_factor == 1.0 &&
@@ -65,7 +78,7 @@ static void test_families(void) {
         "{\"model_type\":\"mistral\",\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":1,"
         "\"num_attention_heads\":4,\"num_key_value_heads\":1,\"head_dim\":null,\"vocab_size\":100,\"rms_norm_eps\":1e-06,"
         "\"rope_theta\":1000000.0,\"sliding_window\":null,\"bos_token_id\":1,\"eos_token_id\":2,\"torch_dtype\":\"float16\"}";
-    CHECK(hf_config_parse(&c, mistral, "config.json") == 0);
+    CHECK(parse(&c, mistral) == 0);
     CHECK(strcmp(c.model_type, "mistral") == 0 && c.head_dim == 8 && c.num_key_value_heads == 1);
     CHECK(c.rms_norm_eps == 1e-6f && c.rope_theta == 1e6 && !c.attention_bias);
     CHECK(c.bos_token_id == 1 && c.n_eos == 1 && c.eos_token_ids[0] == 2 && c.torch_dtype == DTYPE_F16);
@@ -73,7 +86,8 @@ static void test_families(void) {
     const char *qwen2 =
         "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
         "\"num_attention_heads\":8,\"num_key_value_heads\":2,\"vocab_size\":300,\"rms_norm_eps\":1e-06,"
-        "\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"use_sliding_window\":false,\"eos_token_id\":151643}";
+        "\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"use_sliding_window\":false,\"sliding_window\":4096,"
+        "\"eos_token_id\":151643}";
     CHECK(parse_with(&c, qwen2, "vocab_size", "151936") == 0);
     CHECK(c.attention_bias && c.tie_word_embeddings && !c.qk_norm && c.head_dim == 8 && c.eos_token_ids[0] == 151643);
     CHECK(parse_with(&c, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
@@ -84,11 +98,21 @@ static void test_families(void) {
         "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
         "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":300,\"rms_norm_eps\":1e-06,"
         "\"rope_theta\":1000000,\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\"}";
-    CHECK(hf_config_parse(&c, qwen3, "config.json") == 0);
+    CHECK(parse(&c, qwen3) == 0);
     CHECK(c.qk_norm && !c.attention_bias && c.head_dim == 32 && c.rope_theta == 1e6 && c.tie_word_embeddings);
     CHECK(parse_with(&c, qwen3, "attention_bias", "true") == 0 && c.attention_bias);
     CHECK(parse_with(&c, qwen3, "head_dim", NULL) == -1);
     CHECK_ERROR_CONTAINS("config.json: missing field \"head_dim\"");
+    /* sliding windows: mistral's is read, qwen's only when enabled, llama has none */
+    CHECK(parse_with(&c, mistral, "sliding_window", "4096") == 0 && c.sliding_window == 4096);
+    CHECK(parse(&c, mistral) == 0 && c.sliding_window == 0);
+    CHECK(parse_with(&c, qwen2, "vocab_size", "151936") == 0 && c.sliding_window == 0); /* use_sliding_window false */
+    CHECK(parse_with(&c, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
+                         "\"num_attention_heads\":8,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"sliding_window\":512}",
+                     "use_sliding_window", "true") == 0 && c.sliding_window == 512);
+    CHECK(parse_with(&c, LLAMA, "sliding_window", "4096") == 0 && c.sliding_window == 0);
+    CHECK(parse_with(&c, mistral, "sliding_window", "-1") == -1);
+    CHECK_ERROR_CONTAINS("field \"sliding_window\" is -1, outside the supported range");
     /* newer transformers write "dtype" */
     CHECK(parse_with(&c, LLAMA, "dtype", "\"bfloat16\"") == 0 && c.torch_dtype == DTYPE_BF16);
     /* rope_scaling variants */
@@ -148,6 +172,8 @@ static void test_errors(void) {
     CHECK_ERROR_CONTAINS("field \"rms_norm_eps\" is 0 but must be in (0, 1)");
     CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "-1e-6") == -1);
     CHECK_ERROR_CONTAINS("must be in (0, 1)");
+    CHECK(parse_with(&c, LLAMA, "rms_norm_eps", "1e-205") == -1); /* found by the fuzzer: 0 as a float */
+    CHECK_ERROR_CONTAINS("field \"rms_norm_eps\" is 1e-205, too small to be useful in float32");
     CHECK(parse_with(&c, LLAMA, "rope_theta", "0") == -1);
     CHECK_ERROR_CONTAINS("field \"rope_theta\" is 0 but must be positive");
     CHECK(parse_with(&c, LLAMA, "rope_theta", "\"1e4\"") == -1);
@@ -209,11 +235,11 @@ static void test_errors(void) {
     CHECK(parse_with(&c, LLAMA, "mlp_bias", "true") == -1);
     CHECK_ERROR_CONTAINS("\"mlp_bias\" true is not supported");
     /* not JSON, not an object, duplicate key */
-    CHECK(hf_config_parse(&c, "{\"model_type\": \"llama\",", "config.json") == -1);
+    CHECK(parse(&c, "{\"model_type\": \"llama\",") == -1);
     CHECK_ERROR_CONTAINS("config.json: not valid JSON");
-    CHECK(hf_config_parse(&c, "[1]", "config.json") == -1);
+    CHECK(parse(&c, "[1]") == -1);
     CHECK_ERROR_CONTAINS("config.json: not a JSON object");
-    CHECK(hf_config_parse(&c, "{\"model_type\":\"llama\",\"model_type\":\"gpt2\"}", "config.json") == -1);
+    CHECK(parse(&c, "{\"model_type\":\"llama\",\"model_type\":\"gpt2\"}") == -1);
     CHECK_ERROR_CONTAINS("duplicate object key");
 }
 
@@ -241,7 +267,7 @@ static void test_files_and_roundtrip(void) {
         "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
         "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":\"bfloat16\"}",
         "{\"model_type\":\"mistral\",\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":1,\"num_attention_heads\":4,"
-        "\"vocab_size\":100,\"rms_norm_eps\":3.3e-06,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5},\"eos_token_id\":2,"
+        "\"vocab_size\":100,\"rms_norm_eps\":3.3e-06,\"sliding_window\":4096,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5},\"eos_token_id\":2,"
         "\"torch_dtype\":\"float16\"}",
         "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":8,"
         "\"num_key_value_heads\":2,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}",

@@ -8,6 +8,7 @@
 #include "formats/hf_config.h"
 #include "formats/model_tensors.h"
 #include "formats/safetensors.h"
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -207,6 +208,36 @@ static void test_dirs(void) {
     CHECK(st_model_expect(&m, "model.layers.0.self_attn.q_norm.weight", 1, shape, &t) == 0);
     CHECK(t && t->dtype == DTYPE_BF16 && t->nelem == 24 && t->data != NULL);
     CHECK(st_model_expect(&m, "nope", 1, shape, &t) == -1 && t == NULL);
+    ModelConfig c;
+    char path[400], first[96];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(hf_config_load(&c, path) == 0);
+    CHECK(model_count_nonfinite(&c, &m, first, sizeof first) == 0 && first[0] == 0);
+    st_model_close(&m);
+    /* NaN/Inf weights are flagged with the first tensor holding one */
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    StFile f;
+    CHECK(st_open(&f, path) == 0);
+    size_t k = f.n_tensors;
+    StWriteTensor *w = calloc(k, sizeof *w);
+    uint16_t *copies[64] = {0};
+    for (size_t i = 0; i < k && i < 64; i++) {
+        const StTensor *src = &f.tensors[i];
+        copies[i] = malloc(src->nelem * 2 + 2);
+        memcpy(copies[i], src->data, src->nelem * 2);
+        w[i] = (StWriteTensor){.name = src->name, .dtype = src->dtype, .ndim = src->ndim, .data = copies[i]};
+        memcpy(w[i].shape, src->shape, sizeof w[i].shape);
+        if (strcmp(src->name, "model.norm.weight") == 0) { copies[i][3] = f32_to_bf16(NAN); copies[i][5] = f32_to_bf16(-INFINITY); }
+    }
+    CHECK(st_write(path, w, k, NULL, NULL, 0) == 0);
+    st_close(&f);
+    for (size_t i = 0; i < k && i < 64; i++) free(copies[i]);
+    free(w);
+    CHECK(st_model_open(&m, dir, false) == 0);
+    CHECK(model_count_nonfinite(&c, &m, first, sizeof first) == 2 && strcmp(first, "model.norm.weight") == 0);
+    st_model_close(&m);
+    CHECK(st_model_open(&m, dir, true) == 0);
+    CHECK(model_count_nonfinite(&c, &m, first, sizeof first) == 0); /* header-only: no data to look at */
     st_model_close(&m);
 }
 

@@ -34,6 +34,16 @@ static void write_raw(const char *path, const void *bytes, size_t n) {
     fclose(fp);
 }
 
+/* With LMTUNE_SEED_CORPUS=DIR, every crafted file is also saved there (the
+ * fuzzer's seed corpus, tests/formats/fuzz/corpus_safetensors). */
+static void corpus_save(const char *name, const void *bytes, size_t n) {
+    const char *dir = getenv("LMTUNE_SEED_CORPUS");
+    if (!dir) return;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    write_raw(p, bytes, n);
+}
+
 /* A file: 8-byte N (= strlen(header) unless n_override >= 0), header, data. */
 static const char *make_st_n(const char *name, const char *header, size_t hlen, const void *data, size_t dlen, long long n_override) {
     const char *path = tmp_path(name);
@@ -43,6 +53,7 @@ static const char *make_st_n(const char *name, const char *header, size_t hlen, 
     memcpy(buf + 8, header, hlen);
     if (dlen) memcpy(buf + 8 + hlen, data, dlen);
     write_raw(path, buf, 8 + hlen + dlen);
+    corpus_save(name, buf, 8 + hlen + dlen);
     free(buf);
     return path;
 }
@@ -70,9 +81,11 @@ static void expect_reject(const char *path, const char *needle) {
 static void test_header_length(void) {
     expect_reject(make_st_n("empty.st", "", 0, NULL, 0, -1) /* 8 bytes of N=0 */, "not valid JSON");
     write_raw(tmp_path("zero.st"), "", 0);
+    corpus_save("zero.st", "", 0);
     expect_reject(tmp_path("zero.st"), "file is 0 bytes, too small");
     for (int n = 1; n <= 7; n++) {
         write_raw(tmp_path("short.st"), "\x02\0\0\0\0\0\0", (size_t)n);
+        if (n == 7) corpus_save("short.st", "\x02\0\0\0\0\0\0", 7);
         char want[64];
         snprintf(want, sizeof want, "file is %d bytes, too small", n);
         expect_reject(tmp_path("short.st"), want);
@@ -85,6 +98,7 @@ static void test_header_length(void) {
     const char *p = tmp_path("huge.st");
     unsigned char b[10] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'};
     write_raw(p, b, 10);
+    corpus_save("huge.st", b, 10);
     expect_reject(p, "header length 18446744073709551615 exceeds the limit of 100000000 bytes");
     b[0] = 0xf9; /* 2^64 - 7: 8 + N overflows */
     write_raw(p, b, 10);
@@ -119,6 +133,7 @@ static void test_header_text(void) {
     /* data_offsets with 1 or 3 items, or bad items */
     expect_reject(make_st("off1.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}", zeros, 4), "tensor \"w\": field \"data_offsets\" must be [begin, end] (2 integers, got 1)");
     expect_reject(make_st("off3.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", zeros, 4), "(2 integers, got 3)");
+    expect_reject(make_st("offobj.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"begin\":0}}}", zeros, 4), "tensor \"w\": field \"data_offsets\" must be [begin, end]");
     expect_reject(make_st("offneg.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", zeros, 4), "tensor \"w\": data_offsets[0] must be a non-negative integer");
     expect_reject(make_st("offflt.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.0]}}", zeros, 4), "tensor \"w\": data_offsets[1] must be a non-negative integer");
     /* duplicate name (the reference keeps the last; we refuse) */
@@ -236,6 +251,8 @@ static void test_nonfinite(void) {
     };
     const char *path = tmp_path("nan.safetensors");
     CHECK(st_write(path, ts, 4, NULL, NULL, 0) == 0);
+    MappedFile mf;
+    if (file_map(&mf, path) == 0) { corpus_save("nan.safetensors", mf.data, mf.size); file_unmap(&mf); }
     StFile f;
     CHECK(st_open(&f, path) == 0);
     CHECK(st_tensor_count_nonfinite(st_find(&f, "f32")) == 3);
@@ -266,6 +283,8 @@ static void test_writer(void) {
     const char *mk[2] = {"format", "note"}, *mv[2] = {"pt", "ünïcode"};
     const char *path = tmp_path("rt.safetensors");
     CHECK(st_write(path, ts, 4, mk, mv, 2) == 0);
+    MappedFile mf;
+    if (file_map(&mf, path) == 0) { corpus_save("roundtrip.safetensors", mf.data, mf.size); file_unmap(&mf); }
     StFile f;
     CHECK(st_open(&f, path) == 0);
     CHECK(f.n_tensors == 4 && f.header_len % 8 == 0);

@@ -1,0 +1,198 @@
+#!/usr/bin/python3
+"""PyTorch baseline for the training benchmark: the same model code as the
+references (tests/ref/torch_model.py), random weights of a real model's shape,
+one MLX-style Adam step per iteration, timed. Prints one JSON line:
+
+  {"tokens_per_s": ..., "s_per_step": <median>, "peak_rss_bytes": ru_maxrss*1024, ...}
+
+cpu_s_per_step (median process CPU time, all threads) helps to read a run on a
+busy machine: wall time inflates with other load, CPU time much less.
+tokens_per_s counts the loss tokens of a step (B * (W-1), no padding in the
+random batch) divided by the median step time.
+
+Usage (Debian's python, torch 1.13):
+  /usr/bin/python3 bench/torch_train.py --model smollm2-135m --mode lora-qv16 \
+      [--weights fp32|bf16] [--grad-checkpoint] [--steps 3] [--warmup 1] \
+      [--blas-dir DIR]
+
+Models: smollm2-135m (llama: hidden 576, 30 layers, 9 heads, 3 kv heads,
+intermediate 1536, vocab 49152, tied) and qwen2.5-0.5b (qwen2 with q/k/v bias:
+hidden 896, 24 layers, 14 heads, 2 kv, intermediate 4864, vocab 151936, tied).
+Modes: lora-qv16 (rank 8, scale 20, q and v of the last 16 blocks), lora-all
+(rank 8 on the 7 linears of every block), full4 (every parameter of the last 4
+blocks). Batch 4 x 512 input tokens (rows of 513), Adam lr 1e-5 (no bias
+correction, as MLX).
+
+Numerics: compute is always fp32. With --weights bf16 the frozen base weights
+stay bf16 in memory and are upcast per matmul on the fly (forward and backward,
+torch_model._FrozenBF16Linear), so no fp32 copy of a frozen weight lives beyond
+one matmul; trainable weights (full4) are fp32 masters. We do not use PyTorch's
+bf16 matmul: the comparison is with fp32 compute.
+
+BLAS. Debian's torch 1.13 is built with BLAS_INFO=generic: fp32 GEMMs go to
+whatever libblas.so.3 the loader finds. On this machine the system alternative
+is the netlib *reference* BLAS (~2.5 GFLOPS on 2 threads), which would make a
+meaningless baseline. Use OpenBLAS without installing it system-wide:
+    mkdir -p /tmp/lmtune-openblas && cd /tmp/lmtune-openblas \
+      && apt-get download libopenblas0-openmp && dpkg -x libopenblas0-openmp_*.deb root
+and pass --blas-dir /tmp/lmtune-openblas/root/usr/lib/x86_64-linux-gnu/openblas-openmp
+(the script re-executes itself with LD_LIBRARY_PATH set; the JSON line names
+the libblas that was actually loaded). OpenBLAS picks its AVX-512 kernels by
+itself on this CPU (OPENBLAS_VERBOSE=2 prints "Core: Cooperlake"); the bench
+runs with OPENBLAS_CORETYPE unset or =SkylakeX (same AVX-512 kernel family,
+measured within ~10% of each other). OPENBLAS_NUM_THREADS defaults to --threads.
+Take the OpenMP build of OpenBLAS (libopenblas0-openmp): it shares torch's
+OpenMP thread pool. The pthread build spins its own 2 threads after each GEMM
+against torch's 2 OpenMP threads on a 2-core machine and measured 3-4x slower
+(smollm2 lora-qv16, 2x128 tokens: 9.7 s vs 2.7 s per step).
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+MODELS = {
+    "smollm2-135m": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=576,
+                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True,
+                         rms_norm_eps=1e-5, rope_theta=100000.0, rope_scaling=None),
+    "qwen2.5-0.5b": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=896,
+                         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
+                         rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None),
+}
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="PyTorch fine-tuning baseline (fp32 compute)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="smollm2-135m")
+    ap.add_argument("--mode", choices=["lora-qv16", "lora-all", "full4"], default="lora-qv16")
+    ap.add_argument("--weights", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--grad-checkpoint", action="store_true")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512, help="input tokens per row (rows hold seq+1)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blas-dir", default=os.environ.get("LMTUNE_BLAS_DIR"),
+                    help="directory holding an optimized libblas.so.3 (e.g. OpenBLAS), put first on LD_LIBRARY_PATH")
+    return ap.parse_args()
+
+
+def reexec_with_blas(args):
+    """The loader reads LD_LIBRARY_PATH at start, so set it and re-exec once."""
+    if not args.blas_dir or os.environ.get("_LMTUNE_BENCH_REEXEC"):
+        return
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = args.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env["_LMTUNE_BENCH_REEXEC"] = "1"
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def loaded_blas():
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1] for line in f if "blas" in line.split()[-1]}
+    return sorted(libs)
+
+
+def random_weights(torch, cfg, dtype, gen):
+    C, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = C // H
+    bias = cfg["model_type"] == "qwen2"
+
+    def n(*shape, std=0.02):
+        # drawn directly in the storage dtype: no fp32 temporaries that would
+        # fragment the heap and inflate the peak RSS of a bf16 run
+        return torch.empty(*shape, dtype=dtype).normal_(0.0, std, generator=gen)
+
+    def ones(k):
+        return torch.ones(k, dtype=dtype)
+
+    w = {"model.embed_tokens.weight": n(V, C), "model.norm.weight": ones(C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = ones(C)
+        w[p + "post_attention_layernorm.weight"] = ones(C)
+        w[p + "self_attn.q_proj.weight"] = n(H * D, C)
+        w[p + "self_attn.k_proj.weight"] = n(KVH * D, C)
+        w[p + "self_attn.v_proj.weight"] = n(KVH * D, C)
+        w[p + "self_attn.o_proj.weight"] = n(C, H * D)
+        if bias:
+            for k, out in (("q", H * D), ("k", KVH * D), ("v", KVH * D)):
+                w[p + f"self_attn.{k}_proj.bias"] = n(out)
+        w[p + "mlp.gate_proj.weight"] = n(I, C)
+        w[p + "mlp.up_proj.weight"] = n(I, C)
+        w[p + "mlp.down_proj.weight"] = n(C, I)
+    return w
+
+
+def main():
+    args = parse_args()
+    reexec_with_blas(args)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
+    import torch
+    import torch_model as tm
+
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(args.seed)
+    cfg = dict(MODELS[args.model])
+    wdtype = torch.bfloat16 if args.weights == "bf16" else torch.float32
+    weights = random_weights(torch, cfg, wdtype, gen)
+    model = tm.DecoderLM(cfg, weights, compute_dtype=torch.float32, bf16_mode="stream")
+    del weights
+    if args.mode == "lora-qv16":
+        model.set_lora(16, ["self_attn.q_proj", "self_attn.v_proj"], 8, 20.0, generator=gen)
+    elif args.mode == "lora-all":
+        model.set_lora(-1, list(tm.LINEAR_KEYS), 8, 20.0, generator=gen)
+    else:
+        model.set_full(4)
+    model.checkpoint_blocks = args.grad_checkpoint
+    params = list(model.trainable.values())
+    n_trainable = sum(p.numel() for p in params)
+    opt = tm.AdamMLX(params, args.lr)
+
+    W = args.seq + 1
+    tokens = torch.randint(1, cfg["vocab_size"], (args.batch, W), generator=gen, dtype=torch.int64)
+    lengths = torch.full((args.batch,), W, dtype=torch.int64)
+    offsets = torch.zeros(args.batch, dtype=torch.int64)
+
+    times, cpu_times, losses, ntok = [], [], [], 0
+    for step in range(args.warmup + args.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss, ntok, _ = tm.forward_loss(model, tokens, lengths, offsets)
+        loss.backward()
+        opt.step()
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        losses.append(round(loss.item(), 5))
+        if step >= args.warmup:
+            times.append(dt)
+            cpu_times.append(cpu)
+        print(f"step {step}{' (warm-up)' if step < args.warmup else ''}: loss {loss.item():.4f} {dt:.2f}s",
+              file=sys.stderr, flush=True)
+        del loss
+    med = statistics.median(times)
+    print(json.dumps({
+        "tokens_per_s": round(ntok / med, 2), "s_per_step": round(med, 4),
+        "cpu_s_per_step": round(statistics.median(cpu_times), 4),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "model": args.model, "mode": args.mode, "weights": args.weights,
+        "grad_checkpoint": args.grad_checkpoint, "batch": args.batch, "seq": args.seq,
+        "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
+        "trainable_params": n_trainable, "tokens_per_step": ntok, "losses": losses,
+        "step_times": [round(t, 4) for t in times], "blas": loaded_blas(),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "torch": torch.__version__,
+    }))
+
+
+if __name__ == "__main__":
+    main()
