@@ -61,6 +61,7 @@ typedef struct {
     float *ln2, *rstd2;       /* (N, C), (N) */
     float *gate, *up, *act;   /* (N, F) */
     float *xa[PROJ_COUNT];    /* (N, r): dropout(x) @ A of adapted projections */
+    bool transient;           /* ln1, ln2, act are shared: rebuild them in backward */
 } BlockActs;
 
 /* Activation gradients of the block in flight, reused by every block. */
