@@ -26,6 +26,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sources.h"
+#include "train/train_plan.h"
 #include "train/trainable_shapes.h"
 #include "train/trainer.h"
 
@@ -197,14 +198,10 @@ static int run_train(Run *r, int *exit_code) {
     r->shapes = shapes;
     train_trainable_shapes(&r->cfg, &spec, shapes);
     MemPlan plan = {0};
-    Carver planner = {NULL, &plan};
-    Optimizer probe;
-    if (model_layout(&r->cfg, &spec, &planner) < 0 || model_plan_weights(a->model, &r->cfg, &spec, &plan) < 0 ||
-        optimizer_layout(&probe, &a->optimizer_config, shapes, n_shapes, &planner) < 0) {
+    if (train_plan_layout(&plan, a->model, &r->cfg, &spec, &a->optimizer_config) < 0) {
         plan_free(&plan);
         return -1;
     }
-    optimizer_free(&probe);
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
     plan_free(&plan);
     if (a->memory_limit && total_bytes > a->memory_limit) {

@@ -549,6 +549,53 @@ static void test_failed_save_keeps_previous(void) {
     fclose(devnull);
 }
 
+/* Allocation failure at every site of save/load, and damaged state files:
+ * always an error message, never a crash or a half-loaded state. */
+static void test_faults(void) {
+    Toy t;
+    toy_init(&t, 0);
+    Arena arena;
+    CHECK(arena_init(&arena, 1 << 16) == 0);
+    Optimizer o = make_opt(&arena, OPT_ADAM, &t);
+    TrainState st = {.iteration = 3, .micro_batches = 3, .accum_count = 1};
+    const char *ap = sub("fault_adapters.safetensors"), *sp = sub("fault_state.safetensors");
+    CHECK(checkpoint_save_adapters(ap, t.params, 3) == 0 && checkpoint_save_state(sp, &st, &o, t.params, 3, "fp") == 0);
+    int failures = 0;
+    for (long n = 1; n <= 60; n++) {
+        mem_fail_at(n);
+        int a = checkpoint_save_adapters(ap, t.params, 3);
+        mem_fail_at(n);
+        int b = checkpoint_save_state(sp, &st, &o, t.params, 3, "fp");
+        mem_fail_at(n);
+        TrainState back;
+        int c = checkpoint_load_state(sp, &back, &o, t.params, 3, "fp");
+        mem_fail_at(n);
+        int d = checkpoint_load_adapters(ap, t.params, 3);
+        mem_fail_at(0);
+        failures += (a < 0) + (b < 0) + (c < 0) + (d < 0);
+        if (a < 0 || b < 0 || c < 0 || d < 0) CHECK(error_message()[0] != 0);
+        /* The files on disk stay whole whatever failed. */
+        TrainState ok;
+        CHECK(checkpoint_load_state(sp, &ok, &o, t.params, 3, "fp") == 0 && ok.iteration == 3);
+    }
+    CHECK(failures > 0);
+    /* Damaged state: truncated, and not a state at all. */
+    char *data;
+    size_t n;
+    CHECK(file_read_all(sp, 0, &data, &n) == 0);
+    FILE *f = fopen(sp, "wb");
+    fwrite(data, 1, n / 2, f);
+    fclose(f);
+    TrainState back;
+    CHECK(checkpoint_load_state(sp, &back, &o, t.params, 3, "fp") < 0);
+    CHECK_ERROR_CONTAINS(sp);
+    mem_free(data);
+    CHECK(checkpoint_load_state(ap, &back, &o, t.params, 3, "fp") < 0);
+    CHECK_ERROR_CONTAINS("not an lmtune training state");
+    optimizer_free(&o);
+    arena_free(&arena);
+}
+
 static void test_config_errors(void) {
     TrainConfig c = base_cfg(stdout);
     c.grad_accum = 0;
@@ -570,6 +617,7 @@ int main(void) {
     test_learns();
     test_mlx_adapter_file();
     test_failed_save_keeps_previous();
+    test_faults();
     test_config_errors();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
