@@ -141,5 +141,6 @@ void dora_update_norms(Model *m);
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,
                    int B, int T, bool recompute);
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T);
-/* decode.c */
+/* model.c */
+void model_bind_scratch(Model *m);
 #endif

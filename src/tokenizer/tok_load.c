@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#define METASPACE "\xE2\x96\x81" /* U+2581, sentencepiece's space */
 #define MAX_VOCAB (1 << 24) /* ids beyond 16M are a broken file, not a vocab */
 
 typedef struct { const char *path; Tokenizer *t; } Ctx;
@@ -540,6 +541,13 @@ static int load_json_tokenizer(Tokenizer *t, const char *path) {
     for (int b = 0; b < 256; b++) {
         char ch[4]; int k = utf8_encode(byte_to_unicode((uint8_t)b), ch);
         t->byte_level_ids[b] = strmap_get(&t->token_to_id, ch, (size_t)k);
+    }
+    t->split_before_metaspace = !t->pre_tokenizer;
+    for (int32_t id = 0; id < t->vocab_size && t->split_before_metaspace; id++) {
+        const char *tok = t->id_to_token[id];
+        if (!tok || t->added[id]) continue;
+        for (const char *m = strstr(tok, METASPACE); m && t->split_before_metaspace; m = strstr(m + 3, METASPACE))
+            if (m > tok && (m - tok < 3 || memcmp(m - 3, METASPACE, 3) != 0)) t->split_before_metaspace = false;
     }
     TRY(added_trie_build(t));
     return bpe_cache_create(&t->cache);

@@ -34,10 +34,10 @@ static int corpus_load(Corpus *c) {
     for (size_t i = 0; i < size; i++) lines += c->raw[i] == '\n';
     c->text = mem_calloc(lines + 1, sizeof *c->text);
     c->len = mem_calloc(lines + 1, sizeof *c->len);
-    char *p = c->raw;
-    while (*p) {
-        char *nl = strchr(p, '\n');
-        if (!nl) nl = p + strlen(p);
+    char *p = c->raw, *end = c->raw + size;
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) nl = end;
         char *out = mem_alloc((size_t)(nl - p) + 1);
         size_t k = 0;
         for (char *q = p; q < nl; q++) {
@@ -48,7 +48,7 @@ static int corpus_load(Corpus *c) {
         }
         out[k] = 0;
         c->text[c->n] = out; c->len[c->n] = k; c->n++;
-        p = *nl ? nl + 1 : nl;
+        p = nl < end ? nl + 1 : end;
     }
     return 0;
 }
@@ -70,7 +70,7 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
     char *line = NULL; size_t cap = 0;
     for (; n < c->n && getline(&line, &cap, f) > 0; n++) {
         json_error_t err;
-        json_t *ref = json_loads(line, 0, &err);
+        json_t *ref = json_loads(line, JSON_ALLOW_NUL, &err);
         if (!ref) { fprintf(stderr, "%s: line %zu: %s\n", path, n + 1, err.text); CHECK(0); break; }
         int32_t *plain = NULL, *special = NULL; size_t np = 0, ns = 0;
         char *dec = NULL; size_t dl = 0;
