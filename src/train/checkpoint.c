@@ -119,6 +119,16 @@ void checkpoint_fingerprint(const char *description, const TrainableTensor *t, s
     snprintf(out, 17, "%016" PRIx64, h);
 }
 
+/* FNV-1a over the float data of the state, in the order the tensors are
+ * written: a flipped byte in the data (which the format itself cannot see)
+ * is refused on load instead of resuming from damaged moments or weights. */
+static uint64_t fnv_bytes(uint64_t h, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t k = 0; k < bytes; k++) { h ^= p[k]; h *= 1099511628211ull; }
+    return h;
+}
+#define FNV_START 1469598103934665603ull
+
 #define MAX_META 24
 typedef struct { const char *keys[MAX_META]; char values[MAX_META][96]; const char *vptr[MAX_META]; size_t n; } Meta;
 static void meta_add(Meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -136,16 +146,19 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
                           const TrainableTensor *t, size_t n, const char *fingerprint) {
     /* Tensors: param/NAME, grad/NAME (only mid-accumulation), opt/NAME/KEY. */
     size_t cap = n * 6 + 1, k = 0;
+    uint64_t sum = FNV_START;
     StWriteTensor *w = mem_calloc(cap, sizeof *w);
     char (*names)[160] = mem_calloc(cap, sizeof *names);
     if (!w || !names) { mem_free(w); mem_free(names); return -1; }
     for (size_t i = 0; i < n; i++) {
         snprintf(names[k], sizeof names[k], "param/%s", t[i].name);
         w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, t[i].value};
+        sum = fnv_bytes(sum, t[i].value, t[i].numel * sizeof(float));
         k++;
         if (s->accum_count > 0) {
             snprintf(names[k], sizeof names[k], "grad/%s", t[i].name);
             w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, t[i].grad};
+            sum = fnv_bytes(sum, t[i].grad, t[i].numel * sizeof(float));
             k++;
         }
         OptStateView v[4];
@@ -153,6 +166,7 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
         for (int j = 0; j < nv; j++) {
             snprintf(names[k], sizeof names[k], "opt/%s/%s", t[i].name, v[j].key);
             w[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {(int64_t)v[j].numel}, v[j].data};
+            sum = fnv_bytes(sum, v[j].data, v[j].numel * sizeof(float));
             k++;
         }
     }
@@ -176,6 +190,7 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
     meta_add(&m, "window_tokens", "%ld", s->window_tokens);
     meta_add(&m, "window_steps", "%d", s->window_steps);
     meta_add(&m, "window_loss_steps", "%d", s->window_loss_steps);
+    meta_add(&m, "checksum", "%016" PRIx64, sum);
     int rc = st_write(path, w, k, m.keys, m.vptr, m.n);
     mem_free(w);
     mem_free(names);
@@ -240,6 +255,11 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
         meta_u64(&f, path, "window_tokens", &wt) < 0 || meta_u64(&f, path, "window_steps", &ws) < 0 ||
         meta_u64(&f, path, "window_loss_steps", &wls) < 0)
         goto out;
+    if (s->iteration > INT32_MAX || accum_count > INT32_MAX || streak > INT32_MAX || wt > INT32_MAX ||
+        ws > INT32_MAX || wls > INT32_MAX) {
+        error_set("%s: a counter of the training state is out of range (the file is damaged)", path);
+        goto out;
+    }
     s->accum_count = (int)accum_count;
     s->accum_bad = accum_bad != 0;
     s->nonfinite_streak = (int)streak;
@@ -254,13 +274,17 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
         part[16] = 0;
         s->dropout_rng.s[i] = strtoull(part, NULL, 16);
     }
+    const char *saved_sum = st_meta(&f, "checksum");
+    uint64_t sum = FNV_START;
     for (size_t i = 0; i < n; i++) {
         char name[160];
         snprintf(name, sizeof name, "param/%s", t[i].name);
         if (load_tensor(&f, path, name, t[i].value, t[i].numel) < 0) goto out;
+        sum = fnv_bytes(sum, t[i].value, t[i].numel * sizeof(float));
         if (s->accum_count > 0) {
             snprintf(name, sizeof name, "grad/%s", t[i].name);
             if (load_tensor(&f, path, name, t[i].grad, t[i].numel) < 0) goto out;
+            sum = fnv_bytes(sum, t[i].grad, t[i].numel * sizeof(float));
         } else {
             memset(t[i].grad, 0, t[i].numel * sizeof(float));
         }
@@ -269,7 +293,15 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
         for (int j = 0; j < nv; j++) {
             snprintf(name, sizeof name, "opt/%s/%s", t[i].name, v[j].key);
             if (load_tensor(&f, path, name, v[j].data, v[j].numel) < 0) goto out;
+            sum = fnv_bytes(sum, v[j].data, v[j].numel * sizeof(float));
         }
+    }
+    char sum_text[17];
+    snprintf(sum_text, sizeof sum_text, "%016" PRIx64, sum);
+    if (!saved_sum || strcmp(saved_sum, sum_text)) {
+        error_set("%s: checksum mismatch (saved %s, data %s): the file is damaged; start without --resume "
+                  "or restore a copy", path, saved_sum ? saved_sum : "none", sum_text);
+        goto out;
     }
     rc = 0;
 out:
