@@ -272,6 +272,9 @@ static int run_train(Run *r, int *exit_code) {
     train_install_signal_handlers();
     TrainResult res;
     TRY(train_run(&tr, &bs, &r->opt, &tc, &res));
+    if (world > 1 && rank == 0 && res.updates > 0)
+        printf("Gradient all-reduce: %.2f ms per update (%ld all-reduces, %.3f s in all)\n",
+               1e3 * dist_comm_seconds() / (double)res.updates, dist_comm_calls(), dist_comm_seconds());
     if (res.stop_signal) { *exit_code = 128 + res.stop_signal; return 0; }
     if (a->test) {
         double loss;
