@@ -6,9 +6,15 @@ CC      ?= gcc
 SANITIZE ?= 0
 FUZZ    ?= 0
 FUZZ_SECONDS ?= 60
-MPI     ?= 0
+MPI     ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
 OPT     ?= -O2 -march=native
 
+ifeq ($(FUZZ),1)
+  MPI := 0
+endif
+ifeq ($(MPI),1)
+  FLAVOUR := -mpi
+endif
 ifeq ($(FUZZ),1)
   # The library instrumented for libFuzzer (coverage), ASan and UBSan.
   BUILD  := build/fuzz
@@ -16,11 +22,11 @@ ifeq ($(FUZZ),1)
   OPT    := -O1 -g -march=native -fno-omit-frame-pointer
   SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed -Wno-unknown-pragmas
 else ifeq ($(SANITIZE),1)
-  BUILD  := build/san
+  BUILD  := build/san$(FLAVOUR)
   OPT    := -O1 -g -march=native -fno-omit-frame-pointer
   SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 else
-  BUILD  := build/rel
+  BUILD  := build/rel$(FLAVOUR)
   SANFLAGS :=
 endif
 
@@ -47,7 +53,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/liblmtune.a
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all test bench demo clean deps fuzz fuzz-build
+.PHONY: all test bench demo clean deps print-build fuzz fuzz-build
 all: lmtune
 
 deps: $(DEPS_STAMP)
@@ -80,9 +86,16 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
 test: $(BUILD)/lmtune $(TEST_BIN)
 	@LMTUNE_BIN=$(CURDIR)/$(BUILD)/lmtune BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run.sh $(TEST_BIN)
 
-bench: lmtune
+$(BUILD)/bench/gemm_peak: bench/gemm_peak.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+bench: lmtune $(BUILD)/bench/gemm_peak
 	@scripts/install-deps.sh --bench
-	bench/run.sh
+	GEMM_PEAK_BIN=$(CURDIR)/$(BUILD)/bench/gemm_peak bench/run.sh
+
+print-build:
+	@echo $(BUILD)
 
 demo: lmtune
 	scripts/demo.sh

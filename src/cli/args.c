@@ -338,6 +338,7 @@ void args_print_help(const ArgTable *t, const void *defaults, FILE *out) {
         fputc('\n', out);
     }
     fprintf(out, "  %-34s %s\n", "-h, --help", "print this help");
+    if (t->epilog) fprintf(out, "\n%s", t->epilog);
 }
 
 /* ---- lmtune train / plan ---- */
@@ -550,6 +551,17 @@ const ArgTable TRAIN_ARGS_TABLE = {
     "train",
     "train --model DIR --data DIR [flags]   (also: lmtune plan with the same flags)",
     TRAIN_SPECS, sizeof TRAIN_SPECS / sizeof TRAIN_SPECS[0], true, train_yaml_hook, MLX_IGNORED_KEYS,
+    "config-file sections (-c FILE.yaml, as mlx_lm.lora), with their defaults:\n"
+    "  lora_parameters:  {rank: 8, scale: 20.0, dropout: 0.0, keys: [every linear of a block]}\n"
+    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj; scale is PEFT's alpha / rank\n"
+    "  lr_schedule:      {name: cosine_decay | linear_schedule | exponential_decay | step_decay | constant,\n"
+    "                     arguments: [peak, ...], warmup: 0, warmup_init: 0.0}\n"
+    "  optimizer_config: adam: {betas: [0.9, 0.999], eps: 1e-8, bias_correction: false}\n"
+    "                    adamw: {the same, weight_decay: 0.01}\n"
+    "                    sgd: {momentum: 0.0, weight_decay: 0.0, dampening: 0.0, nesterov: false}\n"
+    "                    adafactor: {relative_step: true, scale_parameter: true, warmup_init: false, beta_1: null,\n"
+    "                                eps: [1e-30, 1e-3], clip_threshold: 1.0, decay_rate: -0.8, weight_decay: 0.0}\n"
+    "Exit status: 0; 1 on an error; 130 / 143 after SIGINT / SIGTERM (adapters and state saved; --resume continues).\n",
 };
 
 void train_args_default(TrainArgs *a) {

@@ -59,6 +59,7 @@ typedef struct {
     bool config_file;               /* accepts -c/--config FILE.yaml */
     ArgYamlHook yaml_hook;          /* may be NULL */
     const char *const *yaml_ignored;/* MLX keys accepted and ignored with a warning (NULL-terminated) */
+    const char *epilog;             /* printed after the flags (may be NULL) */
 } ArgTable;
 
 #define ARG_MAX_SPECS 96

@@ -45,7 +45,7 @@ static const ArgSpec EVAL_SPECS[] = {
 };
 static const ArgTable EVAL_TABLE = {
     "eval", "eval --model DIR --data DIR [--adapter-path DIR] [flags]",
-    EVAL_SPECS, sizeof EVAL_SPECS / sizeof EVAL_SPECS[0], false, NULL, NULL,
+    EVAL_SPECS, sizeof EVAL_SPECS / sizeof EVAL_SPECS[0], false, NULL, NULL, NULL,
 };
 
 static int run_eval(EvalArgs *a) {

@@ -9,22 +9,29 @@
 #include "cli/run_plan.h"
 #include "dist/dist.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int cmd_plan(int argc, char **argv) {
     bool verbose = false;
-    int kept = 0;
+    int kept = 0, workers = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) { verbose = true; continue; }
+        if (!strcmp(argv[i], "--workers") && i + 1 < argc) {
+            char *end; long w = strtol(argv[i + 1], &end, 10);
+            if (*end || w < 1 || w > 65536) die("--workers: expected a positive integer, got \"%s\"", argv[i + 1]);
+            workers = (int)w; i++; continue;
+        }
         argv[kept++] = argv[i];
     }
     argc = kept;
     TrainArgs a;
     train_args_default(&a);
     if (train_args_parse(&a, argc, argv) < 0) { args_release(); die_with_error(); }
-    if (a.parsed.help) { printf("\n(plan takes the flags of train, plus --verbose to list every buffer)\n"); args_release(); return 0; }
+    if (a.parsed.help) { printf("\n(plan takes the flags of train, plus --verbose to list every buffer and --workers N\n"
+               " for a data-parallel run of N workers: each plans its share of the batch)\n"); args_release(); return 0; }
     RunData d;
-    int world = dist_world() > 0 ? dist_world() : 1;
+    int world = workers ? workers : dist_world() > 0 ? dist_world() : 1;
     if (run_data_load(&d, &a, world) < 0) { run_data_free(&d); args_release(); die_with_error(); }
     int rc = 0;
     if (run_choose_batch(&a, &d.in, stdout) < 0) { rc = 1; fprintf(stderr, "lmtune: error: %s\n", error_message()); goto out; }

@@ -26,6 +26,8 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sources.h"
+#include "train/train_plan.h"
+#include "train/trainable_shapes.h"
 #include "train/trainer.h"
 
 /* Parameter count of the whole model (MLX-LM's total includes the adapters). */
@@ -132,7 +134,8 @@ typedef struct {
     DataSource src;
     bool have_src;
     Model *model;
-    Arena arena, opt_arena;
+    Arena arena;
+    TrainableTensor *shapes;
     Optimizer opt;
     bool have_opt;
 } Run;
@@ -140,7 +143,7 @@ typedef struct {
 static void run_free(Run *r) {
     if (r->have_opt) optimizer_free(&r->opt);
     if (r->model) model_free(r->model);
-    arena_free(&r->opt_arena);
+    mem_free(r->shapes);
     arena_free(&r->arena);
     if (r->have_src) data_source_free(&r->src);
     if (r->have_train) dataset_free(&r->train);
@@ -186,43 +189,41 @@ static int run_train(Run *r, int *exit_code) {
     ModelSpec spec;
     TRY(train_args_model_spec(a, &r->cfg, a->batch_size / world, width, &spec));
 
-    /* Plan, then carve exactly the plan. */
+    /* Plan every buffer: the model's walk and the optimizer moments of the
+     * trainable tensors the spec implies; then one arena carved by the same
+     * walks. */
+    size_t n_shapes = train_trainable_shapes(&r->cfg, &spec, NULL);
+    TrainableTensor *shapes = mem_calloc(n_shapes ? n_shapes : 1, sizeof *shapes);
+    TRY_PTR(shapes);
+    r->shapes = shapes;
+    train_trainable_shapes(&r->cfg, &spec, shapes);
     MemPlan plan = {0};
-    Carver planner = {NULL, &plan};
-    if (model_layout(&r->cfg, &spec, &planner) < 0 || model_plan_weights(a->model, &r->cfg, &spec, &plan) < 0) {
+    if (train_plan_layout(&plan, a->model, &r->cfg, &spec, &a->optimizer_config) < 0) {
         plan_free(&plan);
         return -1;
     }
-    size_t model_arena = plan_arena_bytes(&plan);
-    if (a->memory_limit && plan_total(&plan) > a->memory_limit) {
-        char need[32], lim[32];
-        format_bytes(need, sizeof need, plan_total(&plan));
-        format_bytes(lim, sizeof lim, a->memory_limit);
-        plan_free(&plan);
-        return error_set("the run needs %s (without optimizer moments) but --memory-limit is %s; "
-                         "`lmtune plan` with the same flags shows where it goes", need, lim);
-    }
+    size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
     plan_free(&plan);
-    TRY(arena_init(&r->arena, model_arena));
+    if (a->memory_limit && total_bytes > a->memory_limit) {
+        char need[32], lim[32];
+        format_bytes(need, sizeof need, total_bytes);
+        format_bytes(lim, sizeof lim, a->memory_limit);
+        return error_set("the run needs %s but --memory-limit is %s; `lmtune plan` with the same flags shows "
+                         "where it goes and what each lever saves", need, lim);
+    }
+    TRY(arena_init(&r->arena, arena_bytes));
     TRY(model_load(&r->model, a->model, &spec, &r->arena));
     Rng init_rng;
     rng_seed(&init_rng, a->seed);
     TRY(model_init_trainables(r->model, &init_rng));
     Trainee tr = model_trainee(r->model);
+    TRY(train_trainables_match(shapes, n_shapes, tr.params, tr.n_params));
     if (a->resume_adapter_file) TRY(checkpoint_load_adapters(a->resume_adapter_file, tr.params, tr.n_params));
-
-    /* Optimizer moments: planned from the trainable tensors, then carved. */
-    MemPlan oplan = {0};
-    Carver oplanner = {NULL, &oplan};
-    Optimizer probe;
-    if (optimizer_layout(&probe, &a->optimizer_config, tr.params, tr.n_params, &oplanner) < 0) { plan_free(&oplan); return -1; }
-    optimizer_free(&probe);
-    size_t opt_bytes = plan_arena_bytes(&oplan);
-    plan_free(&oplan);
-    if (opt_bytes) TRY(arena_init(&r->opt_arena, opt_bytes));
-    Carver ocv = {&r->opt_arena, NULL};
+    Carver ocv = {&r->arena, NULL};
     TRY(optimizer_layout(&r->opt, &a->optimizer_config, tr.params, tr.n_params, &ocv));
     r->have_opt = true;
+    if (r->arena.used != r->arena.capacity)
+        fprintf(stderr, "[WARNING] memory plan: %zu arena bytes planned, %zu carved\n", r->arena.capacity, r->arena.used);
 
     TRY(data_source_init(&r->src, &r->train, r->have_valid ? &r->valid : NULL, r->have_test ? &r->test : NULL,
                          a->batch_size, a->max_seq_length, rank, world, a->seed));
@@ -266,11 +267,14 @@ static int run_train(Run *r, int *exit_code) {
              a->grad_accumulation_steps, world, (unsigned long long)a->seed, a->loss_normalization);
     tc.fingerprint = fingerprint;
     tc.arena = &r->arena;
-    tc.plan_total = model_arena + opt_bytes;
+    tc.plan_total = total_bytes;
     BatchSource bs = data_source_iface(&r->src);
     train_install_signal_handlers();
     TrainResult res;
     TRY(train_run(&tr, &bs, &r->opt, &tc, &res));
+    if (world > 1 && rank == 0 && res.updates > 0)
+        printf("Gradient all-reduce: %.2f ms per update (%ld all-reduces, %.3f s in all)\n",
+               1e3 * dist_comm_seconds() / (double)res.updates, dist_comm_calls(), dist_comm_seconds());
     if (res.stop_signal) { *exit_code = 128 + res.stop_signal; return 0; }
     if (a->test) {
         double loss;

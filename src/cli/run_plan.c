@@ -95,6 +95,8 @@ int run_plan_build(const TrainArgs *a, const RunInputs *in, MemPlan *plan, Model
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
     TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
     TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec), false));
+    if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
+        TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
     return 0;
 }

@@ -14,6 +14,9 @@ int dist_world(void);
 /* In place: every worker ends with the sum over workers. */
 int dist_all_sum_floats(float *x, size_t n);
 int dist_all_sum_doubles(double *x, size_t n);
+/* Seconds spent inside all-reduces so far, and how many were made. */
+double dist_comm_seconds(void);
+long dist_comm_calls(void);
 /* MLX-LM's average_gradients: sum the gradients over workers, divide by the
  * number of workers (nothing to do for one worker). */
 int average_gradients(TrainableTensor *t, size_t n);

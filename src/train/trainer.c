@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -89,6 +90,17 @@ static bool inject_at(const char *env, int it) {
     return false;
 }
 
+/* LMTUNE_TEST_STEP_DELAY_MS=n: sleep n ms after each iteration, so a test
+ * can deliver a signal in the middle of a run of a tiny model. */
+static void test_step_delay(void) {
+    const char *ms = getenv("LMTUNE_TEST_STEP_DELAY_MS");
+    if (!ms) return;
+    long n = strtol(ms, NULL, 10);
+    if (n <= 0) return;
+    struct timespec ts = {n / 1000, (n % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 static void zero_grads(Trainee *tr) {
     for (size_t i = 0; i < tr->n_params; i++) memset(tr->params[i].grad, 0, tr->params[i].numel * sizeof(float));
 }
@@ -138,6 +150,11 @@ static int apply_update(Loop *L, int it) {
         if (cfg->grad_accum > 1) scale_grads(tr, (float)cfg->grad_accum);
     }
     double norm = grad_norm(tr);
+    /* Every worker must take the same decision: a NaN loss on one skips the
+     * update on all (the reduced gradients, hence the norm, are already equal). */
+    double bad = L->st.accum_bad ? 1 : 0;
+    TRY(dist_all_sum_doubles(&bad, 1));
+    L->st.accum_bad = bad > 0;
     if (L->st.accum_bad || !isfinite(norm)) {
         L->st.skipped_total++;
         L->st.nonfinite_streak++;
@@ -274,11 +291,15 @@ static int run_loop(Loop *L, TrainResult *res) {
         res->iterations = it;
         res->updates = L->opt->step;
         res->skipped_updates = st->skipped_total;
-        if (g_stop_signal) {
-            res->stop_signal = g_stop_signal;
+        test_step_delay();
+        /* Workers stop together: a signal seen by any stops all after this iteration. */
+        double stop = g_stop_signal;
+        if (dist_world() > 1) TRY(dist_all_sum_doubles(&stop, 1));
+        if (stop > 0) {
+            res->stop_signal = g_stop_signal ? g_stop_signal : SIGTERM;
             if (dist_rank() == 0)
                 report_line(&L->rep, "Iter %d: stopped by signal %d; saving the adapters and the training state "
-                            "(continue with --resume)", it, (int)g_stop_signal);
+                            "(continue with --resume)", it, res->stop_signal);
             break;
         }
     }
@@ -324,8 +345,11 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     if (dist_rank() == 0) {
         report_line(&L.rep, "Starting training..., iters: %d", cfg->iters);
         if (dist_world() > 1) report_line(&L.rep, "Node %d of %d", dist_rank(), dist_world());
-        report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", cfg->batch_size, cfg->grad_accum,
-                    dist_world(), cfg->batch_size * cfg->grad_accum * dist_world());
+        /* --batch-size is global (MLX-LM splits it across workers): each
+         * worker's micro-batch has batch_size / world rows. */
+        int per_worker = cfg->batch_size / dist_world();
+        report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", per_worker, cfg->grad_accum,
+                    dist_world(), per_worker * cfg->grad_accum * dist_world());
     }
     if (run_loop(&L, res) < 0) {
         /* Keep what the run had learned: a failure after updates still

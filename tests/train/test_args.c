@@ -112,6 +112,16 @@ int main(void) {
     snprintf(line, sizeof line, "--batch-size 8 --config=%s", y);
     CHECK(parse(&a, line) == 0 && a.batch_size == 8 && a.iters == 300);
 
+    /* Allocation failures while YAML strings are kept: an error, never a crash. */
+    int alloc_failures = 0;
+    for (long n = 1; n <= 20; n++) {
+        mem_fail_at(n);
+        int r = parse(&a, line);
+        mem_fail_at(0);
+        if (r < 0) { alloc_failures++; CHECK(error_message()[0] != 0); }
+        args_release();
+    }
+    CHECK(alloc_failures > 0);
     y = write_yaml("model: m\nbatch_size: many\n");
     snprintf(line, sizeof line, "-c %s", y);
     CHECK(parse(&a, line) < 0);

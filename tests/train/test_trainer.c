@@ -273,7 +273,7 @@ static void test_accumulation(void) {
         data_init(&d2, 4, false, true, 1);
         Arena a1, a2;
         CHECK(arena_init(&a1, 1 << 16) == 0 && arena_init(&a2, 1 << 16) == 0);
-        Optimizer o1 = make_opt(&a1, OPT_ADAM, &t1), o2 = make_opt(&a2, OPT_ADAM, &t2);
+        Optimizer o1 = make_opt(&a1, OPT_SGD, &t1), o2 = make_opt(&a2, OPT_SGD, &t2);  /* SGD: linear in the gradient, so a wrong scale shows */
         FILE *devnull = fopen("/dev/null", "w");
         TrainConfig c1 = base_cfg(devnull), c2 = base_cfg(devnull);
         c1.save_every = c2.save_every = 1000;
@@ -524,6 +524,78 @@ static void test_mlx_adapter_file(void) {
     CHECK_ERROR_CONTAINS("The adapter path does not exist");
 }
 
+/* A save that fails half-way (as a kill during the write would) leaves the
+ * previous adapters in place and loadable: writes are temp + fsync + rename. */
+static void test_failed_save_keeps_previous(void) {
+    FILE *devnull = fopen("/dev/null", "w");
+    TrainConfig c = base_cfg(devnull);
+    c.adapter_path = sub("failsave");
+    Toy t;
+    Data d;
+    TrainResult res;
+    fileio_fail_write_at(4);   /* saves at 5: commits 1-3; at 10 the first commit fails */
+    CHECK(run_toy(&c, 0, OPT_ADAM, &t, &d, 0, &res) < 0);
+    CHECK_ERROR_CONTAINS("adapters.safetensors");
+    fileio_fail_write_at(0);
+    CHECK(files_equal(sub("failsave/adapters.safetensors"), sub("failsave/0000005_adapters.safetensors")));
+    Toy back;
+    toy_init(&back, 0);
+    CHECK(checkpoint_load_adapters(sub("failsave/adapters.safetensors"), back.params, 3) == 0);
+    {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", sub("failsave"));
+        CHECK(system(cmd) != 0);   /* no temporary file left behind */
+    }
+    fclose(devnull);
+}
+
+/* Allocation failure at every site of save/load, and damaged state files:
+ * always an error message, never a crash or a half-loaded state. */
+static void test_faults(void) {
+    Toy t;
+    toy_init(&t, 0);
+    Arena arena;
+    CHECK(arena_init(&arena, 1 << 16) == 0);
+    Optimizer o = make_opt(&arena, OPT_ADAM, &t);
+    TrainState st = {.iteration = 3, .micro_batches = 3, .accum_count = 1};
+    const char *ap = sub("fault_adapters.safetensors"), *sp = sub("fault_state.safetensors");
+    CHECK(checkpoint_save_adapters(ap, t.params, 3) == 0 && checkpoint_save_state(sp, &st, &o, t.params, 3, "fp") == 0);
+    int failures = 0;
+    for (long n = 1; n <= 60; n++) {
+        mem_fail_at(n);
+        int a = checkpoint_save_adapters(ap, t.params, 3);
+        mem_fail_at(n);
+        int b = checkpoint_save_state(sp, &st, &o, t.params, 3, "fp");
+        mem_fail_at(n);
+        TrainState back;
+        int c = checkpoint_load_state(sp, &back, &o, t.params, 3, "fp");
+        mem_fail_at(n);
+        int d = checkpoint_load_adapters(ap, t.params, 3);
+        mem_fail_at(0);
+        failures += (a < 0) + (b < 0) + (c < 0) + (d < 0);
+        if (a < 0 || b < 0 || c < 0 || d < 0) CHECK(error_message()[0] != 0);
+        /* The files on disk stay whole whatever failed. */
+        TrainState ok;
+        CHECK(checkpoint_load_state(sp, &ok, &o, t.params, 3, "fp") == 0 && ok.iteration == 3);
+    }
+    CHECK(failures > 0);
+    /* Damaged state: truncated, and not a state at all. */
+    char *data;
+    size_t n;
+    CHECK(file_read_all(sp, 0, &data, &n) == 0);
+    FILE *f = fopen(sp, "wb");
+    fwrite(data, 1, n / 2, f);
+    fclose(f);
+    TrainState back;
+    CHECK(checkpoint_load_state(sp, &back, &o, t.params, 3, "fp") < 0);
+    CHECK_ERROR_CONTAINS(sp);
+    mem_free(data);
+    CHECK(checkpoint_load_state(ap, &back, &o, t.params, 3, "fp") < 0);
+    CHECK_ERROR_CONTAINS("not an lmtune training state");
+    optimizer_free(&o);
+    arena_free(&arena);
+}
+
 static void test_config_errors(void) {
     TrainConfig c = base_cfg(stdout);
     c.grad_accum = 0;
@@ -544,6 +616,8 @@ int main(void) {
     test_clipping();
     test_learns();
     test_mlx_adapter_file();
+    test_failed_save_keeps_previous();
+    test_faults();
     test_config_errors();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
