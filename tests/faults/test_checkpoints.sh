@@ -32,14 +32,22 @@ expect_error "damaged adapters header (eval)" "adapters.safetensors" evaluate "$
 rm -rf "$SCRATCH/nostate"; mkdir -p "$SCRATCH/nostate"
 expect_error "resume without a state" "no training state to resume from" train "$SCRATCH/nostate" --iters 4 --resume
 
-# A different base model: another architecture (3 layers, other vocab) and
+# A different base model: another architecture (3 layers), other weights, and
 # another trainable layout (rank) are refused.
 "$BIN" init --preset tiny --out "$SCRATCH/model3" --layers 3 >/dev/null
-cp "$SCRATCH/data"/*.jsonl "$SCRATCH/model3/" 2>/dev/null; rm -f "$SCRATCH/model3"/*.jsonl
 rm -rf "$SCRATCH/other"; cp -r "$SCRATCH/good" "$SCRATCH/other"
 expect_error "state from a different base model" "the saved state belongs to another run" \
   "$BIN" train --model "$SCRATCH/model3" --data "$SCRATCH/data" --num-layers 2 --batch-size 2 --val-batches 1 \
   --adapter-path "$SCRATCH/other" --iters 4 --resume
+# The same architecture with other weights (another seed) is another base model.
+"$BIN" init --preset tiny --out "$SCRATCH/model_seed7" --seed 7 >/dev/null
+expect_error "state from the same architecture with other weights" "the saved state belongs to another run" \
+  "$BIN" train --model "$SCRATCH/model_seed7" --data "$SCRATCH/data" --num-layers 2 --batch-size 2 --val-batches 1 \
+  --adapter-path "$SCRATCH/other" --iters 4 --resume
+# ... while the same model copied elsewhere resumes.
+cp -r "$SCRATCH/model" "$SCRATCH/model_copy"; rm -rf "$SCRATCH/copy"; cp -r "$SCRATCH/good" "$SCRATCH/copy"
+check "the same base model in another directory resumes" "$BIN" train --model "$SCRATCH/model_copy" --data "$SCRATCH/data" \
+  --num-layers 2 --batch-size 2 --val-batches 1 --adapter-path "$SCRATCH/copy" --iters 3 --resume
 printf 'lora_parameters:\n  rank: 4\n  scale: 20.0\n  dropout: 0.0\n' >"$SCRATCH/rank4.yaml"
 expect_error "state from another trainable layout (rank 4)" "the saved state belongs to another run" \
   train "$SCRATCH/other" -c "$SCRATCH/rank4.yaml" --iters 4 --resume
