@@ -144,6 +144,23 @@ int main(void) {
     CHECK(plan_total(&plan) == 0);
     plan_free(&plan);
 
+    /* weights that do not match config.json are refused before the arena is used */
+    {
+        ModelConfig wrong = cfg;
+        wrong.intermediate_size = 96;
+        CHECK(hf_config_write(&wrong, cp) == 0);
+        Model *m; Arena arena; size_t planned;
+        CHECK(load_planned(&m, &arena, &planned, d32, &wrong, &lora, DTYPE_F32) < 0);
+        CHECK_ERROR_CONTAINS("mlp.gate_proj.weight");
+        CHECK(hf_config_write(&cfg, cp) == 0);
+        Arena small;
+        CHECK(arena_init(&small, 4096) == 0);
+        CHECK(model_load(&m, d32, &lora, &small) < 0);   /* an arena smaller than the plan: an error, not a crash */
+        arena_free(&small);
+        CHECK(model_load(&m, "/nonexistent/model", &lora, &small) < 0);
+        CHECK_ERROR_CONTAINS("/nonexistent/model");
+    }
+
     /* bad specs */
     ModelSpec bad = lora; bad.num_layers = 9;
     MemPlan p2 = {0}; Carver cv = {NULL, &p2};
