@@ -161,6 +161,28 @@ int main(void) {
         CHECK_ERROR_CONTAINS("/nonexistent/model");
     }
 
+    /* every allocation of model_load failing in turn: a clean error, never a crash */
+    {
+        int failures = 0, n;
+        for (n = 1; n < 200; n++) {
+            MemPlan pl = {0}; Carver pc = {NULL, &pl};
+            CHECK(model_layout_dtype(&cfg, &ck, DTYPE_F32, &pc) == 0);
+            Arena a;
+            CHECK(arena_init(&a, plan_arena_bytes(&pl)) == 0);
+            plan_free(&pl);
+            Model *m = NULL;
+            mem_fail_at(n);
+            int rc = model_load(&m, d32, &ck, &a);
+            mem_fail_at(0);
+            arena_free(&a);
+            if (rc == 0) { model_free(m); break; }
+            failures++;
+            CHECK(error_message()[0] != 0);
+        }
+        printf("model_load: %d injected allocation failures handled\n", failures);
+        CHECK(failures > 0 && n < 200);
+    }
+
     /* bad specs */
     ModelSpec bad = lora; bad.num_layers = 9;
     MemPlan p2 = {0}; Carver cv = {NULL, &p2};
