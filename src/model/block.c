@@ -98,9 +98,13 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
         dq = sc->dq_pre; dk = sc->dk_pre;
     }
     if (a->transient) rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C);
-    zero(sc->dln, (size_t)N * C);
-    proj_backward(m, bp, layer, PROJ_Q, sc->dln, dq, a->ln1, a->xa[PROJ_Q], N);
-    proj_backward(m, bp, layer, PROJ_K, sc->dln, dk, a->ln1, a->xa[PROJ_K], N);
-    proj_backward(m, bp, layer, PROJ_V, sc->dln, sc->dv, a->ln1, a->xa[PROJ_V], N);
-    rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C);
+    /* the lowest trainable block's input gradient goes nowhere: unless its
+     * input norm is trainable, the q/k/v input products are skipped */
+    bool need_dx = layer > d->lo || bp->dln1 != NULL;
+    float *dln = need_dx ? sc->dln : NULL;
+    if (need_dx) zero(sc->dln, (size_t)N * C);
+    proj_backward(m, bp, layer, PROJ_Q, dln, dq, a->ln1, a->xa[PROJ_Q], N);
+    proj_backward(m, bp, layer, PROJ_K, dln, dk, a->ln1, a->xa[PROJ_K], N);
+    proj_backward(m, bp, layer, PROJ_V, dln, sc->dv, a->ln1, a->xa[PROJ_V], N);
+    if (need_dx) rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C);
 }

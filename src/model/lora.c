@@ -68,6 +68,7 @@ void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
     }
 }
 
+/* dx may be NULL when the input gradient is not needed. */
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, const float *dout, const float *x, const float *xa, int N) {
     int in, od; proj_shape(&m->d, p, &in, &od);
@@ -113,6 +114,7 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
         xs = m->ls.drop_x;
     }
     gemm_f32(bp->dla[p], xs, dxa, in, r, N, true, false, 1.0f, 1.0f);  /* dA += xs^T dxa */
+    if (!dx) return;
     if (m->d.dropout) {
         gemm_f32(m->ls.drop_x, dxa, bp->la[p], N, in, r, false, true, 1.0f, 0.0f);
         apply_dropout(m, layer, p, dx, m->ls.drop_x, (size_t)N * in, true);

@@ -113,7 +113,8 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
         a->q_rstd = sub_f(s, N * d->H); a->k_rstd = sub_f(s, N * d->KVH);
     }
     a->q = sub_f(s, N * d->QD); a->k = sub_f(s, N * d->KVD); a->v = sub_f(s, N * d->KVD);
-    a->att = sub_f(s, N * d->QD); a->lse = sub_f(s, (size_t)B ? N * d->H : 0);
+    a->att = sub_f(s, N * d->QD);
+    a->lse = sub_f(s, B > 0 ? N * d->H : 0);   /* decode (B = 0) keeps no log-sum-exp */
     a->x_mid = sub_f(s, N * d->C);
     if (!transient) a->ln2 = sub_f(s, N * d->C);
     a->rstd2 = sub_f(s, N);

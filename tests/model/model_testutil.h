@@ -50,7 +50,7 @@ static inline int refcase_read(RefCase *rc, const char *dir, const char *name) {
     if (!j) return error_set("%s: %s", p, je.text);
     const char *ft = json_string_value(json_object_get(j, "fine_tune_type"));
     ModelSpec *s = &rc->spec;
-    s->type = ft && !strcmp(ft, "full") ? TUNE_FULL : TUNE_LORA;
+    s->type = !ft ? TUNE_LORA : !strcmp(ft, "full") ? TUNE_FULL : !strcmp(ft, "dora") ? TUNE_DORA : TUNE_LORA;
     s->num_layers = (int)json_integer_value(json_object_get(j, "num_layers"));
     json_t *lora = json_object_get(j, "lora");
     if (json_is_object(lora)) {

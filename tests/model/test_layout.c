@@ -144,6 +144,45 @@ int main(void) {
     CHECK(plan_total(&plan) == 0);
     plan_free(&plan);
 
+    /* weights that do not match config.json are refused before the arena is used */
+    {
+        ModelConfig wrong = cfg;
+        wrong.intermediate_size = 96;
+        CHECK(hf_config_write(&wrong, cp) == 0);
+        Model *m; Arena arena; size_t planned;
+        CHECK(load_planned(&m, &arena, &planned, d32, &wrong, &lora, DTYPE_F32) < 0);
+        CHECK_ERROR_CONTAINS("mlp.gate_proj.weight");
+        CHECK(hf_config_write(&cfg, cp) == 0);
+        Arena small;
+        CHECK(arena_init(&small, 4096) == 0);
+        CHECK(model_load(&m, d32, &lora, &small) < 0);   /* an arena smaller than the plan: an error, not a crash */
+        arena_free(&small);
+        CHECK(model_load(&m, "/nonexistent/model", &lora, &small) < 0);
+        CHECK_ERROR_CONTAINS("/nonexistent/model");
+    }
+
+    /* every allocation of model_load failing in turn: a clean error, never a crash */
+    {
+        int failures = 0, n;
+        for (n = 1; n < 200; n++) {
+            MemPlan pl = {0}; Carver pc = {NULL, &pl};
+            CHECK(model_layout_dtype(&cfg, &ck, DTYPE_F32, &pc) == 0);
+            Arena a;
+            CHECK(arena_init(&a, plan_arena_bytes(&pl)) == 0);
+            plan_free(&pl);
+            Model *m = NULL;
+            mem_fail_at(n);
+            int rc = model_load(&m, d32, &ck, &a);
+            mem_fail_at(0);
+            arena_free(&a);
+            if (rc == 0) { model_free(m); break; }
+            failures++;
+            CHECK(error_message()[0] != 0);
+        }
+        printf("model_load: %d injected allocation failures handled\n", failures);
+        CHECK(failures > 0 && n < 200);
+    }
+
     /* bad specs */
     ModelSpec bad = lora; bad.num_layers = 9;
     MemPlan p2 = {0}; Carver cv = {NULL, &p2};
