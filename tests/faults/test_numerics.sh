@@ -3,7 +3,8 @@
 # skipped, counted and reported; five in a row stop the run with a clear
 # error (after which the last saved adapters still load); an absurd learning
 # rate (1e6) runs without a crash and leaves finite adapters, bounded by
-# --max-grad-norm; a learning rate of 0 leaves the adapters unchanged.
+# --max-grad-norm; a learning rate of 0 leaves the adapters unchanged; a
+# memory plan over --memory-limit is refused before loading any weight.
 source "$(dirname "$0")/lib.sh"
 make_fixture
 run() { local d=$1; shift; rm -rf "$SCRATCH/$d"; train "$SCRATCH/$d" "$@" >"$SCRATCH/out" 2>"$SCRATCH/err"; }
@@ -54,4 +55,13 @@ check "learning rate 0: completes" [ $? = 0 ]
 run iters0 --iters 0
 check "learning rate 0 leaves the adapters unchanged (byte-identical to the initial ones)" \
   cmp -s "$SCRATCH/lr0/adapters.safetensors" "$SCRATCH/iters0/adapters.safetensors"
+# A memory plan over budget is refused before any weight is loaded (the
+# weights' data is replaced by garbage: reading it would fail differently)
+# and before the output directory is created.
+cp -r "$SCRATCH/model" "$SCRATCH/model_garbage"
+python3 -c "import sys,struct; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); n=struct.unpack('<Q',d[:8])[0]; d[8+n:]=b'\xff'*(len(d)-8-n); open(p,'wb').write(d)" "$SCRATCH/model_garbage/model.safetensors"
+expect_error "memory plan over --memory-limit" "the run needs .* but --memory-limit is 1.00 MB" \
+  "$BIN" train --model "$SCRATCH/model_garbage" --data "$SCRATCH/data" --num-layers 2 --batch-size 2 --iters 1 \
+  --memory-limit 1MB --adapter-path "$SCRATCH/over_budget"
+check "over budget: no output directory" [ ! -e "$SCRATCH/over_budget" ]
 finish faults/numerics
