@@ -18,6 +18,11 @@ for t in $(seq 1 "$trials"); do
   ( exec "$BIN" train --model "$SCRATCH/model" --data "$SCRATCH/data" --num-layers 2 --batch-size 2 --val-batches 1 \
       --steps-per-eval 1000 --adapter-path "$d" --iters 100000 --save-every 1 --seed 3 --threads $th >"$SCRATCH/out" 2>&1 ) &
   pid=$!
+  # One trial in four from the start (it may die before the first save);
+  # the others once the first save is there (slow sanitizer builds too).
+  if [ $((t % 4)) != 0 ]; then
+    for _ in $(seq 200); do [ -f "$d/training_state.safetensors" ] && break; sleep 0.05; done
+  fi
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   kill -9 $pid; wait $pid 2>/dev/null
   if [ ! -f "$d/training_state.safetensors" ]; then
