@@ -579,6 +579,26 @@ static void test_faults(void) {
         CHECK(checkpoint_load_state(sp, &ok, &o, t.params, 3, "fp") == 0 && ok.iteration == 3);
     }
     CHECK(failures > 0);
+    /* A flipped byte in the newest state: detected, the previous one is used. */
+    {
+        TrainState s4 = st;
+        s4.iteration = 4;
+        CHECK(checkpoint_save_state(sp, &st, &o, t.params, 3, "fp") == 0);
+        CHECK(checkpoint_save_state(sp, &s4, &o, t.params, 3, "fp") == 0);
+        FILE *fp = fopen(sp, "r+b");
+        fseek(fp, -5, SEEK_END);
+        int ch = fgetc(fp);
+        fseek(fp, -5, SEEK_END);
+        fputc(ch ^ 0x10, fp);
+        fclose(fp);
+        TrainState back;
+        CHECK(checkpoint_load_state(sp, &back, &o, t.params, 3, "fp") == 0 && back.iteration == 3);
+        char prev[600];
+        snprintf(prev, sizeof prev, "%s.prev", sp);
+        unlink(prev);
+        CHECK(checkpoint_load_state(sp, &back, &o, t.params, 3, "fp") < 0);
+        CHECK_ERROR_CONTAINS("damaged (content hash mismatch)");
+    }
     /* Damaged state: truncated, and not a state at all. */
     char *data;
     size_t n;
