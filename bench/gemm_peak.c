@@ -2,8 +2,7 @@
  * kernels/matmul (fp32 and bf16 weights), for SmolLM2-135M-like shapes:
  * N=2048 rows, C=576, OC in {576, 192, 1536} and the 49152-row LM head.
  * Forward (out = inp W^T), backward dinp (dout W) and dweight (dout^T inp).
- * Threads from OMP_NUM_THREADS (run it with 1 and 2).
- * Usage: gemm_peak [reps]   (LMTUNE_GEMM_LMHEAD_ROWS overrides the LM head N) */
+ * Usage: gemm_peak [reps [threads...]]   (default: 5 reps, 1 and 2 threads) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +38,13 @@ int main(int argc, char **argv) {
     size_t scratch_bytes = matmul_scratch_bytes(max_out > max_in ? max_out : max_in, 1);
     void *scratch = malloc(scratch_bytes);
     matmul_set_scratch(scratch, scratch_bytes);
+    int thread_counts[16] = {1, 2}, nthreads = 2;
+    if (argc > 2) {
+        nthreads = 0;
+        for (int a = 2; a < argc && nthreads < 16; a++) thread_counts[nthreads++] = atoi(argv[a]) > 0 ? atoi(argv[a]) : 1;
+    }
+    for (int tc = 0; tc < nthreads; tc++) {
+    omp_set_num_threads(thread_counts[tc]);
     printf("threads %d\n", omp_get_max_threads());
     printf("%-22s %-5s %10s %10s %10s\n", "N x C -> OC", "dtype", "fwd GF/s", "dinp GF/s", "dW GF/s");
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -63,8 +69,10 @@ int main(int argc, char **argv) {
             }
             char name[64];
             snprintf(name, sizeof name, "%dx%d->%d", N, C, OC);
-            printf("%-22s %-5s %10.1f %10.1f %10.1f\n", name, bf ? "bf16" : "f32", g[0], g[1], g[2]);
+            if (bf) printf("%-22s %-5s %10.1f %10.1f %10s\n", name, "bf16", g[0], g[1], "-");
+            else printf("%-22s %-5s %10.1f %10.1f %10.1f\n", name, "f32", g[0], g[1], g[2]);
         }
+    }
     }
     printf("oneDNN library scratchpad: %zu bytes\n", matmul_library_scratch_bytes());
     matmul_release_all();

@@ -5,6 +5,8 @@ one MLX-style Adam step per iteration, timed. Prints one JSON line:
 
   {"tokens_per_s": ..., "s_per_step": <median>, "peak_rss_bytes": ru_maxrss*1024, ...}
 
+cpu_s_per_step (median process CPU time, all threads) helps to read a run on a
+busy machine: wall time inflates with other load, CPU time much less.
 tokens_per_s counts the loss tokens of a step (B * (W-1), no padding in the
 random batch) divided by the median step time.
 
@@ -106,8 +108,9 @@ def random_weights(torch, cfg, dtype, gen):
     bias = cfg["model_type"] == "qwen2"
 
     def n(*shape, std=0.02):
-        t = torch.empty(*shape, dtype=torch.float32).normal_(0.0, std, generator=gen)
-        return t.to(dtype) if dtype != torch.float32 else t
+        # drawn directly in the storage dtype: no fp32 temporaries that would
+        # fragment the heap and inflate the peak RSS of a bf16 run
+        return torch.empty(*shape, dtype=dtype).normal_(0.0, std, generator=gen)
 
     def ones(k):
         return torch.ones(k, dtype=dtype)
@@ -163,22 +166,24 @@ def main():
     lengths = torch.full((args.batch,), W, dtype=torch.int64)
     offsets = torch.zeros(args.batch, dtype=torch.int64)
 
-    times, losses, ntok = [], [], 0
+    times, cpu_times, losses, ntok = [], [], [], 0
     for step in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss, ntok, _ = tm.forward_loss(model, tokens, lengths, offsets)
         loss.backward()
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         losses.append(round(loss.item(), 5))
         if step >= args.warmup:
             times.append(dt)
+            cpu_times.append(cpu)
         print(f"step {step}{' (warm-up)' if step < args.warmup else ''}: loss {loss.item():.4f} {dt:.2f}s",
               file=sys.stderr, flush=True)
         del loss
     med = statistics.median(times)
     print(json.dumps({
         "tokens_per_s": round(ntok / med, 2), "s_per_step": round(med, 4),
+        "cpu_s_per_step": round(statistics.median(cpu_times), 4),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "model": args.model, "mode": args.mode, "weights": args.weights,
         "grad_checkpoint": args.grad_checkpoint, "batch": args.batch, "seq": args.seq,

@@ -3,16 +3,19 @@
  * saves each query row's log-sum-exp; the backward recomputes the
  * probabilities block by block from q, k and that lse (FlashAttention-2).
  *
- * Work is cut in 64 x 64 tiles copied into zero-padded local buffers (head
- * dim padded to a multiple of 16, rows to 64), so every product is one
- * register-blocked micro-kernel (tile_gemm_acc) whose inner loops are
- * 16-float vectors, whatever T and D are. The exponentials go through a
- * vectorised exp (exp_block, relative error ~2e-7).
+ * Work is cut in 64 x 64 tiles: full tiles with a head dim that is a
+ * multiple of 16 are read in place, others are copied into zero-padded
+ * local buffers (head dim padded to a multiple of 16, rows to 64), and keys
+ * and values are transposed into local tiles where a product needs them so.
+ * Every product is then one register-blocked FMA micro-kernel
+ * (tile_gemm_acc) whose inner loops are 16-float vectors, whatever T and D
+ * are. The exponentials go through the vectorised exp16 (vec.h).
  *
- * Parallelism: the forward over (batch, head, query block); the backward
- * over (batch, kv head), since a kv head's dk/dv gather all its query heads
- * and every dq row of those heads is written by that task alone: no races,
- * no atomics, and a fixed summation order (same bits for any thread count).
+ * Parallelism: the forward over (batch, query block, kv head, up to 4 of
+ * its query heads, which share each transposed key tile); the backward over
+ * (batch, kv head), since a kv head's dk/dv gather all its query heads and
+ * every dq row of those heads is written by that task alone: no races, no
+ * atomics, and a fixed summation order (same bits for any thread count).
  * The workspace holds D_i = rowsum(dout * out) for every query row. */
 /* -std=c11 turns off contraction of a*b+c into FMA; the micro-kernels
  * need it (twice the throughput), so this file opts back in. */
@@ -26,22 +29,34 @@
 
 enum { TILE = 64, MAX_HEAD_DIM = 256 };
 
+/* On a diagonal tile (query block == key block) half of each product is
+ * known zero or unneeded; tri says which half to skip, per group of 4 rows
+ * starting at row i:
+ *   TRI_C_LOWER  only columns n < i + 4 of C are needed (scores, j <= i)
+ *   TRI_A_LOWER  A(i, k) = 0 for k > i (probabilities times values)
+ *   TRI_A_UPPER  A(i, k) = 0 for k < i (transposed probabilities) */
+enum { TRI_NONE = 0, TRI_C_LOWER, TRI_A_LOWER, TRI_A_UPPER };
 
 /* C (M, N) += A (M, K) B (K, N); element (i, k) of A at A[i*ai + k*ak]
  * (so A may be a transposed view), B and C row-major with leading dims;
  * M a multiple of 4, N a multiple of 16. 4 rows x 64 columns of C live in
  * registers while k runs. */
-static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb, int M, int K, int N) {
+static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
+                          int M, int K, int N, int tri) {
     for (int i = 0; i < M; i += 4) {
         const float *a0 = A + (size_t)i * ai, *a1 = a0 + ai, *a2 = a1 + ai, *a3 = a2 + ai;
         float *c0 = C + (size_t)i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+        int n_end = N, k_begin = 0, k_end = K;
+        if (tri == TRI_C_LOWER && ((i + 4 + 15) & ~15) < N) n_end = (i + 4 + 15) & ~15;
+        if (tri == TRI_A_LOWER && i + 4 < K) k_end = i + 4;
+        if (tri == TRI_A_UPPER) k_begin = i < K ? i : K;
         int n = 0;
-        for (; n + 64 <= N; n += 64) {
+        for (; n + 64 <= n_end; n += 64) {
             v16 r00 = load16(c0 + n), r01 = load16(c0 + n + 16), r02 = load16(c0 + n + 32), r03 = load16(c0 + n + 48);
             v16 r10 = load16(c1 + n), r11 = load16(c1 + n + 16), r12 = load16(c1 + n + 32), r13 = load16(c1 + n + 48);
             v16 r20 = load16(c2 + n), r21 = load16(c2 + n + 16), r22 = load16(c2 + n + 32), r23 = load16(c2 + n + 48);
             v16 r30 = load16(c3 + n), r31 = load16(c3 + n + 16), r32 = load16(c3 + n + 32), r33 = load16(c3 + n + 48);
-            for (int k = 0; k < K; k++) {
+            for (int k = k_begin; k < k_end; k++) {
                 const float *b = Bm + (size_t)k * ldb + n;
                 size_t ka = (size_t)k * ak;
                 v16 b0 = load16(b), b1 = load16(b + 16), b2 = load16(b + 32), b3 = load16(b + 48);
@@ -62,9 +77,9 @@ static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, con
             store16(c2 + n, r20); store16(c2 + n + 16, r21); store16(c2 + n + 32, r22); store16(c2 + n + 48, r23);
             store16(c3 + n, r30); store16(c3 + n + 16, r31); store16(c3 + n + 32, r32); store16(c3 + n + 48, r33);
         }
-        for (; n < N; n += 16) {
+        for (; n < n_end; n += 16) {
             v16 r0 = load16(c0 + n), r1 = load16(c1 + n), r2 = load16(c2 + n), r3 = load16(c3 + n);
-            for (int k = 0; k < K; k++) {
+            for (int k = k_begin; k < k_end; k++) {
                 v16 b = load16(Bm + (size_t)k * ldb + n);
                 size_t ka = (size_t)k * ak;
                 r0 += splat16(a0[ka]) * b; r1 += splat16(a1[ka]) * b;
@@ -89,8 +104,38 @@ static void load_tile(float *dst, int Dp, const float *src, int b, int r0, int r
     }
 }
 
+/* dst (16 rows, stride ldd) = transpose of src (16 rows, stride lds): four
+ * rounds of interleaving row k with row k + 8 (a perfect shuffle) transpose
+ * a 16 x 16 block. */
+static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
+    typedef int v16idx __attribute__((vector_size(64)));
+    const v16idx lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const v16idx hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    v16 r[16], t[16];
+    #pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) r[k] = load16(src + (size_t)k * lds);
+    #pragma GCC unroll 4
+    for (int round = 0; round < 4; round++) {
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            t[2 * k] = __builtin_shuffle(r[k], r[k + 8], lo);
+            t[2 * k + 1] = __builtin_shuffle(r[k], r[k + 8], hi);
+        }
+        memcpy(r, t, sizeof r);
+    }
+    #pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) store16(dst + (size_t)k * ldd, r[k]);
+}
+
 /* Same, transposed: dst (Dp, TILE). */
 static void load_tile_t(float *dst, int Dp, const float *src, int b, int r0, int rows, int T, int heads, int h, int D) {
+    if (rows == TILE && D == Dp) { /* full tile: 16 x 16 blocks */
+        const float *base = src + (((size_t)b * T + r0) * heads + h) * D;
+        size_t ld = (size_t)heads * D;
+        for (int i = 0; i < TILE; i += 16)
+            for (int j = 0; j < D; j += 16) transpose16(dst + (size_t)j * TILE + i, TILE, base + (size_t)i * ld + j, ld);
+        return;
+    }
     memset(dst, 0, (size_t)Dp * TILE * sizeof(float));
     for (int i = 0; i < rows; i++) {
         const float *s = src + (((size_t)b * T + r0 + i) * heads + h) * D;
@@ -155,12 +200,12 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
                         for (int i = 0; i < TILE; i++) { m[x][i] = -INFINITY; l[x][i] = 0.0f; }
                     }
                     for (int kb = 0; kb <= qb; kb++) {
-                        int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv;
+                        int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv, diag = kb == qb;
                         load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                         const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
                         for (int x = 0; x < nh; x++) {
                             memset(S, 0, sizeof S);
-                            tile_gemm_acc(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE);
+                            tile_gemm_acc(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE);
                             for (int i = 0; i < qrows; i++) {
                                 float *s = S + (size_t)i * TILE;
                                 /* keys j <= query i are visible */
@@ -191,7 +236,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
                                 for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
                             }
                             for (int i = qrows; i < TILE; i++) memset(S + (size_t)i * TILE, 0, TILE * sizeof(float));
-                            tile_gemm_acc(O[x], Dp, S, TILE, 1, vv, ldv, TILE, TILE, Dp);
+                            tile_gemm_acc(O[x], Dp, S, TILE, 1, vv, ldv, TILE, TILE, Dp, diag ? TRI_A_LOWER : TRI_NONE);
                         }
                     }
                     for (int x = 0; x < nh; x++)
@@ -245,30 +290,29 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                     memset(dVs, 0, sizeof dVs);
                     for (int h = kvh * group; h < (kvh + 1) * group; h++)
                         for (int qb = kb; qb < blocks; qb++) {
-                            int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE;
+                            int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE, diag = kb == qb;
                             const float *Qs = tile_view(Qbuf, &ldq, Dp, q, b, q0, qrows, T, H, h, D);
                             const float *dOs = tile_view(dObuf, &ldo, Dp, dout, b, q0, qrows, T, H, h, D);
                             const float *lse_row = lse + ((size_t)b * H + h) * T + q0;
                             const float *dot_row = rowdot + ((size_t)b * H + h) * T + q0;
                             /* P = exp(scale q k^T - lse), zero where hidden or padded */
                             memset(P, 0, sizeof P);
-                            tile_gemm_acc(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE);
+                            tile_gemm_acc(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE);
                             for (int i = 0; i < TILE; i++) {
                                 float *p = P + (size_t)i * TILE;
                                 int visible = i >= qrows ? 0 : (qb > kb ? krows : (i + 1 < krows ? i + 1 : krows));
                                 v16 sv = splat16(scale), lv = splat16(i < qrows ? lse_row[i] : 0.0f);
                                 for (int j = 0; j < TILE; j += 16) {
                                     v16 e = exp16(load16(p + j) * sv - lv);
-                                    if (j + 16 > visible)
-                                        for (int t = 0; t < 16; t++) if (j + t >= visible) e[t] = 0.0f;
+                                    if (j + 16 > visible) e = keep_below16(e, j, visible, 0.0f);
                                     store16(p + j, e);
                                 }
                             }
                             /* dV += P^T dO */
-                            tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp);
+                            tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp, diag ? TRI_A_UPPER : TRI_NONE);
                             /* dP = dO V^T; dS = P (dP - D_i) * scale */
                             memset(dS, 0, sizeof dS);
-                            tile_gemm_acc(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE);
+                            tile_gemm_acc(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE);
                             for (int i = 0; i < TILE; i++) {
                                 float *ds = dS + (size_t)i * TILE;
                                 const float *p = P + (size_t)i * TILE;
@@ -279,15 +323,15 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                             /* dQ += dS K, added to this head's rows (only this task writes them) */
                             float *dq_tile = dq + (((size_t)b * T + q0) * H + h) * D;
                             if (qrows == TILE && D == Dp) {
-                                tile_gemm_acc(dq_tile, H * D, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp);
+                                tile_gemm_acc(dq_tile, H * D, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp, diag ? TRI_A_LOWER : TRI_NONE);
                             } else {
                                 memset(dQs, 0, sizeof dQs);
-                                tile_gemm_acc(dQs, Dp, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp);
+                                tile_gemm_acc(dQs, Dp, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp, diag ? TRI_A_LOWER : TRI_NONE);
                                 for (int i = 0; i < qrows; i++)
                                     for (int d = 0; d < D; d++) dq_tile[(size_t)i * H * D + d] += dQs[(size_t)i * Dp + d];
                             }
                             /* dK += dS^T Q */
-                            tile_gemm_acc(dKs, Dp, dS, 1, TILE, Qs, ldq, TILE, TILE, Dp);
+                            tile_gemm_acc(dKs, Dp, dS, 1, TILE, Qs, ldq, TILE, TILE, Dp, diag ? TRI_A_UPPER : TRI_NONE);
                         }
                     for (int j = 0; j < krows; j++) {
                         float *dkr = dk + (((size_t)b * T + k0 + j) * KVH + kvh) * D;

@@ -10,8 +10,11 @@
 #include "base/dtype.h"
 
 /* Sets the scratch that bf16 paths use to convert fp32 activations to bf16;
- * sized by matmul_scratch_bytes() for the largest (rows x cols) converted.
- * Must be called before any bf16 product (the memory plan provides it). */
+ * sized by matmul_scratch_bytes() for the largest (rows x cols) converted:
+ * linear_forward converts inp (N, C), linear_backward's dinp path converts
+ * dout (N, OC); so max_rows = N and max_cols = the largest C or OC of any
+ * BF16-weight layer. Must be called before any bf16 product (the memory plan
+ * provides it); a product that does not fit dies with a message. */
 void matmul_set_scratch(void *scratch, size_t bytes);
 size_t matmul_scratch_bytes(size_t max_rows, size_t max_cols);
 

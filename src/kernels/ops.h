@@ -49,7 +49,13 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int
 
 /* --- causal grouped-query attention, flash-style: no (T x T) matrix is
  *     kept; the backward recomputes scores from q, k and the saved
- *     log-sum-exp. Head h reads kv head h / (H / KVH). scale = 1/sqrt(D). --- */
+ *     log-sum-exp. Head h reads kv head h / (H / KVH). scale = 1/sqrt(D).
+ *     D <= 256. Per-thread tiles live on the OpenMP threads' stacks (at most
+ *     (640 * roundup(D, 16) + 4608) floats: 178 KiB at D = 64, 338 KiB at
+ *     D = 128; the default 8 MiB thread stacks hold that easily).
+ *     The forward runs tasks of (batch, 64-query block, kv head, <= 4 of its
+ *     heads); the backward runs one task per (batch, kv head), so it uses at
+ *     most B * KVH threads. The workspace holds rowsum(dout * out), (B, H, T). --- */
 void attention_forward(float *out,      /* (B, T, H, D) */
                        float *lse,      /* (B, H, T), saved for backward */
                        const float *q,  /* (B, T, H, D) */
@@ -76,7 +82,13 @@ void swiglu_backward(float *dgate, float *dup,   /* += */
  *     exist, only (chunk, V) at a time. Row i counts with weight row_weight[i]
  *     (0 = skipped, no logits computed for it). Returns
  *     sum_i row_weight[i] * (logsumexp(z_i) - z_i[target_i]), z_i = inp_i W^T,
- *     in double. When dinp != NULL, dinp += d(that sum)/d(inp). --- */
+ *     in double. When dinp != NULL, dinp += d(that sum)/d(inp).
+ *     row_loss[i] (if given) is the UNweighted loss of row i, 0 for skipped rows.
+ *     The scratch covers everything, including the bf16 copies of the BF16
+ *     weight path (it does not use matmul_set_scratch's buffer):
+ *     chunk * (2 C + V) floats. With a BF16 weight the dlogits are rounded to
+ *     bf16 before dinp = dlogits W. Targets outside [0, V) of counted rows
+ *     are a caller bug (die). --- */
 double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    float *row_loss,         /* (N) per-row loss, or NULL */
                    const float *inp,        /* (N, C) final-norm output */
@@ -87,6 +99,7 @@ double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
                    int chunk, int N, int C, int V);
 size_t lmhead_scratch_floats(int chunk, int C, int V);
-/* Plain logits for generation: out (N, V) = inp W^T. */
+/* Plain logits for generation: out (N, V) = inp W^T. A BF16 weight goes
+ * through linear_forward, so it needs matmul scratch for (N, C). */
 void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V);
 #endif

@@ -47,7 +47,17 @@ void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B,
     add_inplace(x_out, a->x_mid, (size_t)N * C);
 }
 
-static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
+/* Kernels accumulate (+=) into activation gradients, so they start at zero;
+ * these buffers are tens of MB per block, so the clearing is parallel too. */
+static void zero(float *p, size_t n) {
+    enum { CH = 1 << 16 };
+    long nch = (long)((n + CH - 1) / CH);
+    #pragma omp parallel for schedule(static)
+    for (long c = 0; c < nch; c++) {
+        size_t b = (size_t)c * CH, k = n - b < CH ? n - b : CH;
+        memset(p + b, 0, k * sizeof *p);
+    }
+}
 
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     const Dims *d = &m->d;
@@ -55,6 +65,12 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     Scratch *sc = &m->sc;
     int N = B * T, C = d->C;
     size_t NF = (size_t)N * d->F;
+    float eps = m->cfg.rms_norm_eps;
+    if (a->transient) {
+        /* rebuilt exactly as the forward computed them (same kernels, same inputs) */
+        rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, N, C);
+        swiglu_forward(a->act, a->gate, a->up, NF);
+    }
 
     /* MLP: x_out = x_mid + down(swiglu(gate(ln2), up(ln2))) */
     zero(sc->dact, NF);
@@ -81,6 +97,7 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
         rmsnorm_backward(sc->dk_pre, bp->dkn, sc->dk, a->k_pre, bp->kn, a->k_rstd, N * d->KVH, d->D);
         dq = sc->dq_pre; dk = sc->dk_pre;
     }
+    if (a->transient) rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C);
     zero(sc->dln, (size_t)N * C);
     proj_backward(m, bp, layer, PROJ_Q, sc->dln, dq, a->ln1, a->xa[PROJ_Q], N);
     proj_backward(m, bp, layer, PROJ_K, sc->dln, dk, a->ln1, a->xa[PROJ_K], N);

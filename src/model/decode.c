@@ -90,6 +90,7 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
         if (tokens[i] < 0) return error_set("token id %d is negative at position %d", tokens[i], pos + i);
         if (tokens[i] >= d->V) return error_set("token id %d >= vocab size %d at position %d", tokens[i], d->V, pos + i);
     }
+    model_bind_scratch(m);
     bool drop = m->d.dropout;
     m->d.dropout = false;
     if (pos == 0 || !m->dora_fresh) dora_update_norms(m);

@@ -84,11 +84,17 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
         gemm_f32(y, xa, bp->lb[p], N, od, r, false, false, scale, 1.0f);
         const float *mg = bp->dm[p], *nr = bp->dnorm[p];
         float *ddm = bp->ddm[p];
+        /* column sums in blocks of 16 columns: row-contiguous reads, fixed order */
+        int nb = (od + 15) / 16;
         #pragma omp parallel for schedule(static)
-        for (int o = 0; o < od; o++) {
-            double s = 0;
-            for (int n = 0; n < N; n++) s += (double)dout[(size_t)n * od + o] * y[(size_t)n * od + o];
-            ddm[o] += (float)(s / nr[o]);
+        for (int ob = 0; ob < nb; ob++) {
+            int o0 = ob * 16, w = od - o0 < 16 ? od - o0 : 16;
+            double acc[16] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *dr = dout + (size_t)n * od + o0, *yr = y + (size_t)n * od + o0;
+                for (int j = 0; j < w; j++) acc[j] += (double)dr[j] * yr[j];
+            }
+            for (int j = 0; j < w; j++) ddm[o0 + j] += (float)(acc[j] / nr[o0 + j]);
         }
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)

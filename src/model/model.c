@@ -6,6 +6,7 @@
  * Also model_loss (eval) and model_logits. */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
+#include "kernels/matmul.h"
 #include "base/error.h"
 #include <string.h>
 
@@ -71,7 +72,14 @@ static long prepare_targets(Model *m, const int32_t *tokens, int B, int W,
 
 static int check_common(Model *m) {
     if (m->d.N == 0) return error_set("model: loaded without batch buffers (max_rows x max_tokens = 0)");
+    model_bind_scratch(m);
     return 0;
+}
+
+/* The bf16 conversion scratch is a library global: point it at this
+ * model's before computing (another model may have been loaded since). */
+void model_bind_scratch(Model *m) {
+    if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
 }
 
 int model_loss(Model *m, const int32_t *tokens, int B, int W,

@@ -61,6 +61,7 @@ typedef struct {
     float *ln2, *rstd2;       /* (N, C), (N) */
     float *gate, *up, *act;   /* (N, F) */
     float *xa[PROJ_COUNT];    /* (N, r): dropout(x) @ A of adapted projections */
+    bool transient;           /* ln1, ln2, act are shared: rebuild them in backward */
 } BlockActs;
 
 /* Activation gradients of the block in flight, reused by every block. */
@@ -141,5 +142,6 @@ void dora_update_norms(Model *m);
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,
                    int B, int T, bool recompute);
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T);
-/* decode.c */
+/* model.c */
+void model_bind_scratch(Model *m);
 #endif

@@ -102,9 +102,12 @@ static unsigned block_adapted(const Model *m, int l) {
 /* One block's activation set. full: a training set (x_in is not carved here;
  * every adapted projection keeps its own x@A); otherwise a forward workspace
  * whose projections share one x@A scratch. */
-static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bool own_xa, int rows, int B) {
+static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bool own_xa, int rows, int B,
+                       bool transient) {
     size_t N = (size_t)rows;
-    a->ln1 = sub_f(s, N * d->C); a->rstd1 = sub_f(s, N);
+    a->transient = transient;
+    if (!transient) a->ln1 = sub_f(s, N * d->C);
+    a->rstd1 = sub_f(s, N);
     if (d->qk_norm) {
         a->q_pre = sub_f(s, N * d->QD); a->k_pre = sub_f(s, N * d->KVD);
         a->q_rstd = sub_f(s, N * d->H); a->k_rstd = sub_f(s, N * d->KVH);
@@ -112,23 +115,33 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
     a->q = sub_f(s, N * d->QD); a->k = sub_f(s, N * d->KVD); a->v = sub_f(s, N * d->KVD);
     a->att = sub_f(s, N * d->QD); a->lse = sub_f(s, (size_t)B ? N * d->H : 0);
     a->x_mid = sub_f(s, N * d->C);
-    a->ln2 = sub_f(s, N * d->C); a->rstd2 = sub_f(s, N);
-    a->gate = sub_f(s, N * d->F); a->up = sub_f(s, N * d->F); a->act = sub_f(s, N * d->F);
+    if (!transient) a->ln2 = sub_f(s, N * d->C);
+    a->rstd2 = sub_f(s, N);
+    a->gate = sub_f(s, N * d->F); a->up = sub_f(s, N * d->F);
+    if (!transient) a->act = sub_f(s, N * d->F);
     float *shared = NULL;
     if (adapted && !own_xa) shared = sub_f(s, N * d->r);
     for (int p = 0; p < PROJ_COUNT; p++)
         a->xa[p] = (adapted >> p & 1u) ? (own_xa ? sub_f(s, N * d->r) : shared) : NULL;
 }
 
+/* transient: ln1, ln2 and the SwiGLU output are not kept (they are cheap to
+ * rebuild from the saved block input, mid residual, rstd, gate and up); they
+ * point into `shared`, one (N, 2C + F) region all trainable blocks reuse. */
 static int carve_acts(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a,
-                      unsigned adapted, bool own_xa, int rows, int B) {
+                      unsigned adapted, bool own_xa, int rows, int B, bool transient, float *shared) {
     Sub s = {0};
     BlockActs tmp;
-    acts_split(d, &s, &tmp, adapted, own_xa, rows, B);
+    acts_split(d, &s, &tmp, adapted, own_xa, rows, B, transient);
     void *base;
     TRY(carve(cv, cls, name, s.off, &base));
     memset(a, 0, sizeof *a);
-    if (base) { Sub s2 = {base, 0}; acts_split(d, &s2, a, adapted, own_xa, rows, B); }
+    if (base) { Sub s2 = {base, 0}; acts_split(d, &s2, a, adapted, own_xa, rows, B, transient); }
+    if (transient && shared) {
+        size_t N = (size_t)rows;
+        a->transient = true;
+        a->ln1 = shared; a->ln2 = shared + N * d->C; a->act = shared + 2 * N * d->C;
+    }
     return 0;
 }
 
@@ -343,6 +356,9 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
         if (d->train && !spec->grad_checkpoint) {
             if (cv->arena) { m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts); if (!m->acts) return -1; }
+            float *shared;
+            CARVE(cv, MEM_ACTIVATIONS, "norm outputs and SwiGLU output (one block, rebuilt in backward)",
+                  N * (2 * (size_t)d->C + d->F) * 4, shared);
             for (int i = 0; i < d->n_train; i++) {
                 int l = d->lo + i;
                 BlockActs tmp, *a = m->acts ? &m->acts[i] : &tmp;
@@ -350,7 +366,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
                 CARVE(cv, MEM_ACTIVATIONS, nm, N * d->C * 4, a->x_in);
                 float *xin = a->x_in;
                 snprintf(nm, sizeof nm, "block %d saved activations", l);
-                TRY(carve_acts(cv, MEM_ACTIVATIONS, nm, d, a, m->blocks[l].adapted, true, d->N, d->B));
+                TRY(carve_acts(cv, MEM_ACTIVATIONS, nm, d, a, m->blocks[l].adapted, true, d->N, d->B, true, shared));
                 a->x_in = xin;
             }
         } else if (d->train) {
@@ -361,10 +377,10 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
                 CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
             }
             unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-            TRY(carve_acts(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad, true, d->N, d->B));
+            TRY(carve_acts(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad, true, d->N, d->B, false, NULL));
         } else {
             unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-            TRY(carve_acts(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad, false, d->N, d->B));
+            TRY(carve_acts(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad, false, d->N, d->B, false, NULL));
         }
         if (d->train) {
             Sub s = {0}; Scratch tmp;
@@ -404,7 +420,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         CARVE(cv, MEM_KV_CACHE, "KV cache keys", kv, m->kcache);
         CARVE(cv, MEM_KV_CACHE, "KV cache values", kv, m->vcache);
         unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-        TRY(carve_acts(cv, MEM_KV_CACHE, "decode workspace (one block)", d, &m->dec, ad, false, d->dec_rows, 0));
+        TRY(carve_acts(cv, MEM_KV_CACHE, "decode workspace (one block)", d, &m->dec, ad, false, d->dec_rows, 0, false, NULL));
         CARVE(cv, MEM_KV_CACHE, "decode residual", (size_t)d->dec_rows * d->C * 4, m->dec_x);
         CARVE(cv, MEM_KV_CACHE, "decode residual 2", (size_t)d->dec_rows * d->C * 4, m->dec_x2);
         CARVE(cv, MEM_KV_CACHE, "decode scores", (size_t)d->H * d->kv_T * 4, m->dec_scores);

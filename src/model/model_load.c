@@ -194,14 +194,23 @@ fail:
     return -1;
 }
 
+/* The mapped pages of a tensor that is no longer read leave the resident set. */
+static void drop_pages(const void *p, size_t bytes) {
+    const size_t pg = 4096;
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(uintptr_t)(pg - 1), e = ((uintptr_t)p + bytes) & ~(uintptr_t)(pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 int model_init_trainables(Model *m, Rng *rng) {
     const Dims *d = &m->d;
     if (m->spec.type == TUNE_FULL) {
+        /* fp32 masters from the file; the file's copy of these blocks is not used again */
         for (size_t i = 0; i < m->n_trainables; i++) {
             TrainableTensor *t = &m->trainables[i];
             const StTensor *s = st_model_find(&m->st, t->name);
             if (!s || s->nelem != t->numel) return error_set("%s: tensor %s is missing", m->st.dir, t->name);
             dtype_to_f32(t->value, s->data, s->dtype, t->numel);
+            if (t->ndim == 2) drop_pages(s->data, s->end - s->begin);
         }
         return 0;
     }

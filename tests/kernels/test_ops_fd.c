@@ -5,6 +5,7 @@
  * against inv_freq values computed with HF's formula in PyTorch), LM head +
  * cross-entropy against plain logits, bf16 paths against bf16-rounded
  * references. Prints one `worst` line per kernel. */
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -211,6 +212,22 @@ static double test_attention(int B, int T, int H, int KVH, int D) {
     att_obj(&c); /* out and lse of the unperturbed inputs again */
     attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D);
     CHECK_MSG(rel_error(dq, dq2, nq) < 1e-6, "attention accumulation rel err %.3g", rel_error(dq, dq2, nq));
+    /* same bits with 1 thread as with several (fixed summation order) */
+    {
+        float *o1 = zeros(nq), *l1 = zeros(nl), *q1 = zeros(nq), *k1 = zeros(nk), *v1 = zeros(nk);
+        float *o2 = zeros(nq), *l2 = zeros(nl), *q2 = zeros(nq), *k2 = zeros(nk), *v2 = zeros(nk);
+        int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        attention_forward(o1, l1, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D);
+        attention_backward(q1, k1, v1, c.probe, c.q, c.k, c.v, o1, l1, ws, c.B, c.T, c.H, c.KVH, c.D);
+        omp_set_num_threads(threads > 1 ? threads : 2);
+        attention_forward(o2, l2, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D);
+        attention_backward(q2, k2, v2, c.probe, c.q, c.k, c.v, o2, l2, ws, c.B, c.T, c.H, c.KVH, c.D);
+        omp_set_num_threads(threads);
+        CHECK(!memcmp(o1, o2, nq * 4) && !memcmp(l1, l2, nl * 4) && !memcmp(q1, q2, nq * 4) &&
+              !memcmp(k1, k2, nk * 4) && !memcmp(v1, v2, nk * 4));
+        free(o1); free(l1); free(q1); free(k1); free(v1); free(o2); free(l2); free(q2); free(k2); free(v2);
+    }
     printf("attention B=%d T=%d H=%d KVH=%d D=%d: backward rel err %.3g (forward out %.3g, lse %.3g)\n", B, T, H, KVH, D, e, ef, el);
     free(c.q); free(c.k); free(c.v); free(c.probe); free(c.out); free(c.lse); free(rout); free(rlse);
     free(dq); free(dk); free(dv); free(ws); free(dq2);

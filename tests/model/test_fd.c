@@ -108,6 +108,43 @@ static void dropout_case(const char *dir) {
     mem_free(g[0]);
 }
 
+/* Gradients accumulate: two half-scaled calls add up to one full call. */
+static void accumulate_case(const char *dir) {
+    RefCase rc;
+    if (refcase_read(&rc, dir, "accumulate") < 0) return;
+    ModelSpec s = {.type = TUNE_LORA, .num_layers = 1, .lora_rank = 2, .lora_scale = 2.0f, .lora_keys = PROJ_ALL,
+                   .max_rows = FB, .max_tokens = FW - 1, .weight_dtype = DTYPE_F32, .training = true};
+    Model *m; Arena arena; size_t planned;
+    if (load_planned(&m, &arena, &planned, dir, &rc.cfg, &s, DTYPE_F32) < 0) { CHECK_MSG(0, "%s", error_message()); return; }
+    Rng rng; rng_seed(&rng, 2);
+    CHECK(model_init_trainables(m, &rng) == 0);
+    TrainableTensor *tl; size_t nt = model_trainables(m, &tl);
+    for (size_t i = 0; i < nt; i++) if (strstr(tl[i].name, "lora_b")) for (size_t k = 0; k < tl[i].numel; k++) tl[i].value[k] = 0.05f * rng_normal(&rng);
+    double l1, l2; long n1, n2;
+    model_zero_grad(m);
+    CHECK(model_forward_backward(m, TOK, FB, FW, LEN, OFF, 1.0f, NULL, &l1, &n1) == 0);
+    size_t n = 0; for (size_t i = 0; i < nt; i++) n += tl[i].numel;
+    float *g1 = mem_alloc(n * 4), *g2 = mem_alloc(n * 4);
+    size_t off = 0;
+    for (size_t i = 0; i < nt; i++) { memcpy(g1 + off, tl[i].grad, tl[i].numel * 4); off += tl[i].numel; }
+    model_zero_grad(m);
+    CHECK(model_forward_backward(m, TOK, FB, FW, LEN, OFF, 0.5f, NULL, &l2, &n2) == 0);
+    CHECK(model_forward_backward(m, TOK, FB, FW, LEN, OFF, 0.5f, NULL, &l2, &n2) == 0);
+    off = 0;
+    for (size_t i = 0; i < nt; i++) { memcpy(g2 + off, tl[i].grad, tl[i].numel * 4); off += tl[i].numel; }
+    CHECK_NEAR(l1, l2, 1e-6 * fabs(l1));
+    CHECK(n1 == n2 && n1 == 12 + 6);   /* row 0: s = 1..12; row 1: s = 4..9 */
+    CHECK(rel_error(g2, g1, n) < 1e-6);
+    /* a batch with no counted target: loss 0, no gradient, no error */
+    int32_t zl[2] = {1, 1};
+    model_zero_grad(m);
+    CHECK(model_forward_backward(m, TOK, FB, FW, zl, OFF, 1.0f, NULL, &l1, &n1) == 0);
+    CHECK(n1 == 0 && l1 == 0 && max_abs(tl[0].grad, tl[0].numel) == 0);
+    mem_free(g1); mem_free(g2);
+    model_free(m);
+    arena_free(&arena);
+}
+
 /* KV cache: decoding a prefix, then token by token, gives the logits of model_logits. */
 static void decode_case(const char *dir, TuneType type) {
     RefCase rc;
@@ -215,6 +252,7 @@ int main(void) {
     ModelSpec full2 = full; full2.num_layers = 2; full2.grad_checkpoint = true;
     fd_case(qwen2, full2, "qwen2 full, all blocks, ckpt");
     dropout_case(qwen3);
+    accumulate_case(llama);
     dora_identity_case(qwen2);
     decode_case(qwen3, TUNE_NONE);
     decode_case(llama, TUNE_LORA);

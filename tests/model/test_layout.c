@@ -99,11 +99,14 @@ int main(void) {
     /* plan == reality on real files */
     char dir[] = "/tmp/lmtune_layout_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
-    char d32[600], d16[600];
+    char d32[600], d16[600], dh[600];
     snprintf(d32, sizeof d32, "%s/f32", dir);
     snprintf(d16, sizeof d16, "%s/bf16", dir);
+    snprintf(dh, sizeof dh, "%s/f16", dir);
     CHECK(model_init_random(d32, &cfg, DTYPE_F32, 7) == 0);
     CHECK(model_init_random(d16, &cfg, DTYPE_BF16, 7) == 0);
+    CHECK(model_init_random(dh, &cfg, DTYPE_F16, 7) == 0);
+    CHECK(model_init_random(dh, &cfg, DTYPE_I32, 7) < 0);
     ModelConfig back;
     char cp[700];
     snprintf(cp, sizeof cp, "%s/config.json", d32);
@@ -127,6 +130,10 @@ int main(void) {
         ModelSpec s = specs[i]; s.weight_dtype = DTYPE_BF16;
         snprintf(what, sizeof what, "%s f32 file as bf16", names[i]);
         check_load(d32, &cfg, &s, DTYPE_F32, what);
+        snprintf(what, sizeof what, "%s f16 file as bf16", names[i]);
+        check_load(dh, &cfg, &s, DTYPE_F16, what);
+        snprintf(what, sizeof what, "%s f16 file as f32", names[i]);
+        check_load(dh, &cfg, &specs[i], DTYPE_F16, what);
     }
     /* weights used from the mapped file are notes outside the arena */
     MemPlan plan = {0};

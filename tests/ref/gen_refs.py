@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch_model as tm  # noqa: E402
 
-DATA = os.path.join(HERE, "data")
+DATA = os.environ.get("LMTUNE_REF_OUT") or os.path.join(HERE, "data")  # override: tests/ref/test_ref_regen.sh
 ALL_KEYS = list(tm.LINEAR_KEYS)
 
 # ---- safetensors (tiny writer/reader of our own: the package is not installed) ----
