@@ -159,6 +159,16 @@ long batch_row_loss_tokens(int32_t offset, int32_t length) {
     return length > first ? (long)(length - first) : 0;
 }
 
+size_t batch_count_empty_rows(const Dataset *d, int max_seq_length) {
+    size_t empty = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        size_t len = dataset_len(d, i);
+        if (len > (size_t)max_seq_length) len = (size_t)max_seq_length;
+        empty += batch_row_loss_tokens(d->offsets ? d->offsets[i] : 0, (int32_t)len) == 0;
+    }
+    return empty;
+}
+
 int batch_iter_next(BatchIter *it, Batch **out) {
     if (it->cursor.position >= (uint64_t)it->n_batches) {
         if (!it->loop) return 0;

@@ -55,6 +55,10 @@ int batch_iter_set_cursor(BatchIter *it, const BatchCursor *c);
 /* Loss targets of one row: steps s with offset <= s < length (s >= 1).
  * MLX-LM counts s <= length, one padding target too many per row. */
 long batch_row_loss_tokens(int32_t offset, int32_t length);
+/* Examples that keep no loss target at this max_seq_length (a prompt offset
+ * at or past the truncated length): the trainer warns about them, and a
+ * batch made only of them has n_loss_tokens == 0. */
+size_t batch_count_empty_rows(const Dataset *d, int max_seq_length);
 /* MLX-LM's truncation warning, without the newline. */
 void batch_truncation_warning(char *buf, size_t size, int max_seq_length, size_t longest);
 /* Share of padded cells over one epoch of batches (world 1): with the real

@@ -318,7 +318,7 @@ int dataset_load(Dataset *d, const char *path, const Tokenizer *tok, const Datas
     TRY(load_file(d, path, tok, o));
     if (d->n == 0) {
         dataset_free(d);
-        return error_set("%s: no examples (the file is empty)", path);
+        return error_set("%s: no examples (empty file, or only blank lines)", path);
     }
     return 0;
 }
@@ -362,4 +362,22 @@ void dataset_free(Dataset *d) {
 
 size_t dataset_bytes(const Dataset *d) {
     return d->n_tokens * sizeof *d->tokens + (d->n + 1) * sizeof *d->starts + d->n * sizeof *d->offsets;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t dataset_fingerprint(const Dataset *d) {
+    uint64_t h = 0xcbf29ce484222325ull, n = d->n;
+    h = fnv1a(h, &n, sizeof n);
+    for (size_t i = 0; i < d->n; i++) {
+        uint64_t len = dataset_len(d, i);
+        int32_t offset = d->offsets ? d->offsets[i] : 0;
+        h = fnv1a(h, &len, sizeof len);
+        h = fnv1a(h, &offset, sizeof offset);
+    }
+    return fnv1a(h, d->tokens, d->n_tokens * sizeof *d->tokens);
 }

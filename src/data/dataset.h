@@ -50,4 +50,7 @@ void dataset_free(Dataset *d);
 static inline size_t dataset_len(const Dataset *d, size_t i) { return d->starts[i + 1] - d->starts[i]; }
 /* Bytes the data set holds (for the memory plan). */
 size_t dataset_bytes(const Dataset *d);
+/* FNV-1a hash of the ids, example bounds and offsets: a checkpoint stores it
+ * so that a resume on different data (or another tokenizer) is refused. */
+uint64_t dataset_fingerprint(const Dataset *d);
 #endif

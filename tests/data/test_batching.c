@@ -308,6 +308,10 @@ static void test_loss_tokens(void) {
     CHECK(total == hand && brute_total == hand);
     CHECK(batch_row_loss_tokens(0, 1) == 0 && batch_row_loss_tokens(0, 5) == 4 && batch_row_loss_tokens(3, 5) == 2);
     CHECK(batch_row_loss_tokens(7, 5) == 0);
+    /* No target left: example 0 (one token), 5 (offset = length), 6 and 11
+     * (offset past the end); at 30 tokens also 9 (offset 65). */
+    CHECK(batch_count_empty_rows(&d, 66) == 4);
+    CHECK(batch_count_empty_rows(&d, 30) == 5);
     batch_iter_free(&it);
     free_data(&d);
 }

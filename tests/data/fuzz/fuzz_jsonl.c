@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "data/dataset.h"
 #include "tokenizer/tokenizer.h"
+#include "data/tiny_tokenizer.h"
 
 static Tokenizer *tok;
 static char data_path[64];
@@ -17,10 +18,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     char dir[] = "/tmp/lmtune_fuzz_XXXXXX";
     if (!mkdtemp(dir)) abort();
-    static const char corpus[] = "hello world, the model learns. What is two plus two? Four.";
     const char *tmpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-    if (tokenizer_write_bytelevel(dir, corpus, sizeof corpus - 1, 300, tmpl) < 0 || tokenizer_load(&tok, dir) < 0) {
+    if (write_tokenizer(dir, tmpl) < 0 || tokenizer_load(&tok, dir) < 0) {
         fprintf(stderr, "fuzz setup: %s\n", error_message());
         abort();
     }
