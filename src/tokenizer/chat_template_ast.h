@@ -50,7 +50,7 @@ typedef struct Node Node;
 struct Node {
     NodeKind kind;
     int op;
-    uint32_t line, col;   /* where it starts in the original source */
+    uint32_t off;         /* where it starts in the original source (ct_where: line:col) */
     const char *str;      /* NUL-terminated, may contain NULs: length in len */
     size_t len;
     int64_t ival;
@@ -58,17 +58,22 @@ struct Node {
     Node *a, *b, *c;
     Node **list;  size_t n;
     Node **list2; size_t n2;
+    json_t *lit;          /* E_STR, E_INT, E_FLOAT: the constant, shared by every render */
 };
 
 typedef struct Block Block;
 struct ChatTemplate {
     char *name;
+    char *source;    /* the original text, for line:col of runtime errors */
     Node **body; size_t n_body;
     Block *blocks;   /* every node, string and list of the tree */
+    json_t **lits; size_t n_lits, cap_lits;  /* owned references of Node.lit */
 };
 
-/* chat_template_parse.c: block allocator of the tree. */
+/* chat_template_parse.c: block allocator of the tree; line:col (1-based,
+ * columns in code points) of an offset of the original source. */
 void *ct_alloc(ChatTemplate *t, size_t bytes);
+void ct_where(const char *source, size_t off, uint32_t *line, uint32_t *col);
 /* Bytes of the JavaScript `\s` whitespace character at s[i] / ending at s[end] (0: none). */
 size_t ct_ws_at(const char *s, size_t n, size_t i);
 size_t ct_ws_before(const char *s, size_t end);

@@ -71,7 +71,15 @@ int count_iterations(Ctx *c, const Node *at, long n) {
     return 0;
 }
 
+int count_work(Ctx *c, const Node *at, size_t bytes) {
+    if (bytes > CHAT_TEMPLATE_MAX_WORK || c->work + bytes > CHAT_TEMPLATE_MAX_WORK)
+        return rt_error(c, at, "chat template: work limit of %lu bytes of strings exceeded", (unsigned long)CHAT_TEMPLATE_MAX_WORK);
+    c->work += bytes;
+    return 0;
+}
+
 static Value make_string(Ctx *c, const Node *at, const char *s, size_t n) {
+    if (count_work(c, at, n) < 0) return v_undef();
     json_t *j = json_oom(c, at, json_stringn_nocheck(s, n));
     return v_json(j);
 }
@@ -109,6 +117,11 @@ static int eval_args(Ctx *c, Scope *s, const Node *at, Node *const *list, size_t
 
 static int get_member(Ctx *c, const Node *at, Value obj, Value prop, Value *out) {
     *out = v_undef();
+    if (obj.k == V_LOOP) {
+        bool oom = false;
+        if (v_is_str(prop)) *out = v_json(loop_field(obj, v_str(prop), &oom));
+        return oom ? rt_error(c, at, "out of memory") : 0;
+    }
     if (v_is_obj(obj)) {
         if (!v_is_str(prop)) return 0;
         json_t *j = json_object_get(obj.j, v_str(prop));
@@ -216,6 +229,7 @@ static int concat(Ctx *c, const Node *e, Value a, Value b, Value *out) {
 static int membership(Ctx *c, const Node *e, Value x, Value container, bool *out) {
     if (container.k == V_UNDEF) { *out = false; return 0; }
     if (v_is_arr(container)) {
+        TRY(count_iterations(c, e, (long)json_array_size(container.j)));
         *out = false;
         for (size_t i = 0; i < json_array_size(container.j) && !*out; i++)
             *out = v_strict_equal(x, (Value){.k = V_JSON, .j = json_array_get(container.j, i)});
@@ -428,9 +442,7 @@ static int eval_call(Ctx *c, Scope *s, const Node *e, Value *out) {
 static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
     *out = v_undef();
     switch (e->kind) {
-    case E_STR: *out = make_string(c, e, e->str, e->len); return out->k == V_UNDEF ? -1 : 0;
-    case E_INT: *out = v_json(json_oom(c, e, json_integer(e->ival))); return out->k == V_UNDEF ? -1 : 0;
-    case E_FLOAT: *out = v_json(json_oom(c, e, json_real(e->fval))); return out->k == V_UNDEF ? -1 : 0;
+    case E_STR: case E_INT: case E_FLOAT: *out = v_json(json_incref(e->lit)); return 0;
     case E_BOOL: *out = v_json(json_boolean(e->ival)); return 0;
     case E_NONE: *out = v_json(json_null()); return 0;
     case E_IDENT: *out = lookup(c, s, e->str); return 0;
@@ -505,7 +517,8 @@ static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
             Value v;
             if (eval(c, s, e->list[i], &v) < 0) { json_decref(arr); return -1; }
             if (v.k == V_MACRO || v.k == V_FUNC) { v_free(&v); json_decref(arr); return rt_error(c, e->list[i], "a macro or function cannot be stored in a list"); }
-            int rc = json_array_append_new(arr, v_to_json(v));
+            json_t *jv = v_to_json(v);
+            int rc = jv ? json_array_append_new(arr, jv) : -1;
             v_free(&v);
             if (rc < 0) { json_decref(arr); return rt_error(c, e, "out of memory"); }
         }
@@ -521,7 +534,8 @@ static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
             if (!v_is_str(k)) { v_free(&k); json_decref(obj); return rt_error(c, e->list[i], "object keys must be strings"); }
             if (eval(c, s, e->list2[i], &v) < 0) { v_free(&k); json_decref(obj); return -1; }
             if (v.k == V_MACRO || v.k == V_FUNC) { v_free(&k); v_free(&v); json_decref(obj); return rt_error(c, e->list2[i], "a macro or function cannot be stored in a dict"); }
-            int rc = json_object_setn_new_nocheck(obj, v_str(k), v_len(k), v_to_json(v));
+            json_t *jv = v_to_json(v);
+            int rc = jv ? json_object_setn_new_nocheck(obj, v_str(k), v_len(k), jv) : -1;
             v_free(&k); v_free(&v);
             if (rc < 0) { json_decref(obj); return rt_error(c, e, "out of memory"); }
         }
@@ -564,27 +578,10 @@ static int assign(Ctx *c, Scope *s, const Node *target, Value v) {
     if (obj.k != V_NS) rc = rt_error(c, target, "cannot assign an attribute of a %s value (only of a namespace())", v_type(obj));
     else if (v.k == V_MACRO || v.k == V_FUNC) rc = rt_error(c, target, "a macro or function cannot be stored in a namespace");
     else if (v.k == V_UNDEF) json_object_del(obj.j, target->b->str);
-    else if (json_object_set(obj.j, target->b->str, v.j) < 0) rc = rt_error(c, target, "out of memory");
+    else if (json_object_set_new(obj.j, target->b->str, v_to_json(v)) < 0) rc = rt_error(c, target, "out of memory");
     v_free(&obj);
     v_free(&v);
     return rc;
-}
-
-static json_t *loop_object(size_t i, size_t n, json_t *items) {
-    json_t *o = json_object();
-    if (!o) return NULL;
-    int rc = 0;
-    rc |= json_object_set_new(o, "index", json_integer((json_int_t)i + 1));
-    rc |= json_object_set_new(o, "index0", json_integer((json_int_t)i));
-    rc |= json_object_set_new(o, "revindex", json_integer((json_int_t)(n - i)));
-    rc |= json_object_set_new(o, "revindex0", json_integer((json_int_t)(n - i - 1)));
-    rc |= json_object_set_new(o, "first", json_boolean(i == 0));
-    rc |= json_object_set_new(o, "last", json_boolean(i == n - 1));
-    rc |= json_object_set_new(o, "length", json_integer((json_int_t)n));
-    if (i > 0) rc |= json_object_set(o, "previtem", json_array_get(items, i - 1));
-    if (i + 1 < n) rc |= json_object_set(o, "nextitem", json_array_get(items, i + 1));
-    if (rc) { json_decref(o); return NULL; }
-    return o;
 }
 
 static int exec_for(Ctx *c, Scope *outer, const Node *st, Buf *out) {
@@ -629,9 +626,8 @@ static int exec_for(Ctx *c, Scope *outer, const Node *st, Buf *out) {
     bool ran = false;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if ((rc = count_iterations(c, st, 1)) < 0) break;
-        json_t *loop = loop_object(i, n, items);
-        if (!loop) { rc = rt_error(c, st, "out of memory"); break; }
-        if ((rc = scope_set(&s, "loop", v_json(loop))) < 0) break;
+        Value loop = {.k = V_LOOP, .j = json_incref(items), .fn = (int)i};
+        if ((rc = scope_set(&s, "loop", loop)) < 0) break;
         if ((rc = assign(c, &s, st->a, v_json(json_incref(json_array_get(items, i))))) < 0) break;
         rc = exec_block(c, &s, st->list, st->n, out);
         if (rc == FLOW_CONTINUE) rc = 0;

@@ -36,6 +36,8 @@ bool ct_test_known(const char *name) { return in_list(TESTS, name); }
 /* ---------------------------------------------------------------- helpers */
 
 static int ret_str(Ctx *c, const Node *at, const char *s, size_t n, Value *out) {
+    *out = v_undef();
+    TRY(count_work(c, at, n));
     *out = v_json(json_oom(c, at, json_stringn_nocheck(s ? s : "", n)));
     return out->k == V_UNDEF ? -1 : 0;
 }
@@ -236,17 +238,6 @@ int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *a, V
             if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
             return ret_buf(c, at, &b, out);
         }
-        if (!strcmp(name, "format")) {  /* "%s"-free subset: "{}" placeholders */
-            Buf b = {0};
-            size_t next = 0;
-            int rc = 0;
-            for (size_t i = 0; rc == 0 && i < n; i++) {
-                if (s[i] == '{' && i + 1 < n && s[i + 1] == '}') { rc = v_to_string(&b, arg_get(a, next++, NULL)); i++; }
-                else rc = buf_put(&b, s + i, 1);
-            }
-            if (rc < 0) { mem_free(b.s); return -1; }
-            return ret_buf(c, at, &b, out);
-        }
     } else if (v_is_obj(self) && self.k == V_JSON) {
         if (!strcmp(name, "get")) {
             if (!v_is_str(a0)) return rt_error(c, at, "get(): key must be a string");
@@ -378,7 +369,7 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
         for (size_t i = 0; rc == 0 && i < a->nkw; i++) {
             Value v = a->kwv[i];
             if (v.k == V_MACRO || v.k == V_FUNC) rc = rt_error(c, at, "a macro or function cannot be stored in a namespace");
-            else if (v.k != V_UNDEF && json_object_set(obj, a->kw[i], v.j) < 0) rc = rt_error(c, at, "out of memory");
+            else if (v.k != V_UNDEF && json_object_set_new(obj, a->kw[i], v_to_json(v)) < 0) rc = rt_error(c, at, "out of memory");
         }
         if (rc < 0) { json_decref(obj); return -1; }
         *out = (Value){.k = V_NS, .j = obj};
@@ -456,6 +447,8 @@ static int sorted(Ctx *c, const Node *at, json_t *arr, bool reverse, bool case_s
     json_t **v = mem_alloc((n + 1) * sizeof(json_t *)), **tmp = mem_alloc((n + 1) * sizeof(json_t *));
     if (!v || !tmp) { mem_free(v); mem_free(tmp); return -1; }
     for (size_t i = 0; i < n; i++) v[i] = json_array_get(arr, i);
+    double log_n = n > 1 ? ceil(log2((double)n)) : 1;
+    if (count_iterations(c, at, (long)(n * log_n)) < 0) { mem_free(v); mem_free(tmp); return -1; }
     CmpCtx cc = {c, at, case_sensitive, 0};
     merge_sort(v, tmp, n, &cc, attr, reverse);
     json_t *res = cc.failed ? NULL : json_array();
@@ -500,6 +493,7 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
         if (x.k == V_MACRO || x.k == V_FUNC) return rt_error(c, at, "tojson: cannot serialize a %s", v_type(x));
         Buf b = {0};
         json_t *j = v_to_json(x);
+        if (!j) return rt_error(c, at, "out of memory");
         int rc = json_write(&b, j, &st, 0);
         json_decref(j);
         if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
@@ -513,17 +507,11 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
     }
     if (!strcmp(name, "string")) { if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out); return to_string_value(c, at, x, out); }
     if (!strcmp(name, "trim")) {
-        Value tmp = v_undef();
-        if (!s) {
-            if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
-            TRY(to_string_value(c, at, x, &tmp));
-        }
-        Value src = s ? x : tmp;
+        if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+        if (!s) return rt_error(c, at, "filter 'trim' cannot be applied to a %s value", v_type(x));
         size_t b, e;
-        strip_bounds(v_str(src), v_len(src), arg_get(a, 0, "chars"), true, true, &b, &e);
-        int rc = ret_str(c, at, v_str(src) + b, e - b, out);
-        v_free(&tmp);
-        return rc;
+        strip_bounds(s, n, arg_get(a, 0, "chars"), true, true, &b, &e);
+        return ret_str(c, at, s + b, e - b, out);
     }
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") || !strcmp(name, "capitalize")) {
         if (!s) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
@@ -670,6 +658,7 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
         if (!arr) return rt_error(c, at, "out of memory");
         size_t len = json_array_size(x.j);
         for (size_t i = 0; i < len; i++) {
+            if (count_iterations(c, at, (long)json_array_size(arr) + 1) < 0) { json_decref(arr); return -1; }
             Value item = {.k = V_JSON, .j = json_array_get(x.j, i)};
             bool seen = false;
             for (size_t k = 0; k < json_array_size(arr) && !seen; k++) seen = v_strict_equal(item, (Value){.k = V_JSON, .j = json_array_get(arr, k)});

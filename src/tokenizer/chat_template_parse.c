@@ -168,17 +168,21 @@ typedef struct {
     Token *toks; size_t n, cap;
     size_t pos;           /* parser cursor */
     int depth;
-    size_t *lines; size_t n_lines;  /* offsets where lines start in the original */
 } Parser;
 
+void ct_where(const char *source, size_t off, uint32_t *line, uint32_t *col) {
+    uint32_t l = 1, c = 1;
+    for (size_t i = 0; i < off && source[i]; i++) {
+        if (source[i] == '\n') { l++; c = 1; }
+        else if (((unsigned char)source[i] & 0xC0) != 0x80) c++;
+    }
+    *line = l; *col = c;
+}
+
+static uint32_t orig_offset(const Parser *p, size_t at) { return p->src.at[at < p->src.n ? at : p->src.n]; }
+
 static void where(const Parser *p, size_t at, uint32_t *line, uint32_t *col) {
-    size_t off = p->src.at[at < p->src.n ? at : p->src.n];
-    size_t lo = 0, hi = p->n_lines;  /* last line start <= off */
-    while (hi - lo > 1) { size_t mid = (lo + hi) / 2; if (p->lines[mid] <= off) lo = mid; else hi = mid; }
-    uint32_t c = 1;
-    for (size_t i = p->lines[lo]; i < off && p->source[i]; i++)
-        if (((unsigned char)p->source[i] & 0xC0) != 0x80) c++;
-    *line = (uint32_t)lo + 1; *col = c;
+    ct_where(p->source, orig_offset(p, at), line, col);
 }
 
 static int fail_at(const Parser *p, size_t at, const char *fmt, const char *a, const char *b) {
@@ -213,7 +217,9 @@ static void strip_last_text(Parser *p) {
 
 static int lex_string(Parser *p, size_t *ip, char quote) {
     const char *s = p->src.s; size_t n = p->src.n, start = *ip - 1, i = *ip;
-    char *buf = ct_alloc(p->t, n - i + 1);
+    size_t end = i;  /* the closing quote bounds the decoded length */
+    while (end < n && s[end] != quote) end += (s[end] == '\\' && end + 1 < n) ? 2 : 1;
+    char *buf = ct_alloc(p->t, end - i + 1);
     if (!buf) return -1;
     size_t len = 0;
     for (;;) {
@@ -409,8 +415,27 @@ static Node *node(Parser *p, NodeKind kind, size_t at) {
     Node *nd = ct_alloc(p->t, sizeof(Node));
     if (!nd) return NULL;
     nd->kind = kind;
-    where(p, at, &nd->line, &nd->col);
+    nd->off = orig_offset(p, at);
     return nd;
+}
+
+/* Makes the constant of a literal node once, at compile time. */
+static int set_lit(Parser *p, Node *nd) {
+    ChatTemplate *t = p->t;
+    json_t *j = nd->kind == E_STR ? json_stringn_nocheck(nd->str, nd->len) : nd->kind == E_INT ? json_integer(nd->ival) : json_real(nd->fval);
+    if (!j) return error_set("%s: out of memory", t->name);
+    if (t->n_lits == t->cap_lits) {
+        size_t cap = t->cap_lits ? t->cap_lits * 2 : 64;
+        json_t **nl = mem_realloc(t->lits, cap * sizeof(json_t *));
+        if (!nl) { json_decref(j); return -1; }
+        t->lits = nl; t->cap_lits = cap;
+    }
+    t->lits[t->n_lits++] = j;
+    /* Immortal, as jansson's own true/false/null: incref/decref only read the
+     * count, so renders on several threads share the constant without a race. */
+    j->refcount = (size_t)-1;
+    nd->lit = j;
+    return 0;
 }
 
 /* growable list of nodes in the block allocator */
@@ -523,11 +548,13 @@ static Node *parse_member(Parser *p, Node *obj) {
                 Node *prop = node(p, E_STR, tk->at);
                 if (!prop) return NULL;
                 prop->str = ct_strndup(p->t, tk->val, tk->len); prop->len = tk->len;
+                if (!prop->str || set_lit(p, prop) < 0) return NULL;
                 m->b = prop;
             } else if (tk->type == T_NUM && !memchr(tk->val, '.', tk->len) && tk->val[0] != '-') {
                 Node *prop = node(p, E_INT, tk->at);
                 if (!prop) return NULL;
                 prop->ival = strtoll(tk->val, NULL, 10);
+                if (set_lit(p, prop) < 0) return NULL;
                 m->b = prop;
             } else {
                 fail_at(p, tk->at, "expected a name after '.'%s%s", NULL, NULL);
@@ -774,7 +801,7 @@ static Node *parse_primary(Parser *p) {
             if ((v == LLONG_MAX || v == LLONG_MIN) && tk->len > 18) { fail_at(p, tk->at, "integer literal %s is too large%s", buf, NULL); return NULL; }
             nd->ival = v;
         }
-        return nd;
+        return set_lit(p, nd) < 0 ? NULL : nd;
     }
     case T_STR: {
         size_t total = 0, k = p->pos;
@@ -786,7 +813,7 @@ static Node *parse_primary(Parser *p) {
         Node *nd = node(p, E_STR, tk->at);
         if (!nd) return NULL;
         nd->str = buf; nd->len = total;
-        return nd;
+        return set_lit(p, nd) < 0 ? NULL : nd;
     }
     case T_IDENT: {
         p->pos++;
@@ -1047,7 +1074,10 @@ static Node *parse_statement(Parser *p) {
 void chat_template_free(ChatTemplate *t) {
     if (!t) return;
     for (Block *b = t->blocks, *next; b; b = next) { next = b->next; mem_free(b); }
+    for (size_t i = 0; i < t->n_lits; i++) { t->lits[i]->refcount = 1; json_decref(t->lits[i]); }
+    mem_free(t->lits);
     mem_free(t->name);
+    mem_free(t->source);
     mem_free(t);
 }
 
@@ -1064,11 +1094,7 @@ int chat_template_compile(ChatTemplate **out, const char *source, const char *na
     Parser p = {.t = t, .source = source};
     Src a = {0}, b = {0};
     int rc = -1;
-    size_t n_lines = 1;
-    for (size_t i = 0; i < n; i++) n_lines += source[i] == '\n';
-    if (!(p.lines = mem_alloc(n_lines * sizeof(size_t)))) goto done;
-    p.lines[p.n_lines++] = 0;
-    for (size_t i = 0; i < n; i++) if (source[i] == '\n') p.lines[p.n_lines++] = i + 1;
+    if (!(t->source = mem_strdup(source))) goto done;
     if (src_new(&a, n) < 0) goto done;
     for (size_t i = 0; i < n; i++) { a.s[i] = source[i]; a.at[i] = (uint32_t)i; }
     a.n = n;
@@ -1091,7 +1117,6 @@ int chat_template_compile(ChatTemplate **out, const char *source, const char *na
 done:
     src_free(&a); src_free(&b); src_free(&p.src);
     mem_free(p.toks);
-    mem_free(p.lines);
     if (rc < 0) { chat_template_free(t); return -1; }
     *out = t;
     return 0;

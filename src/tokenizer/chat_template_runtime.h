@@ -8,8 +8,9 @@
 
 /* A value: a jansson value (one owned reference), a namespace (a JSON
  * object that `set ns.x = ...` may change), undefined, a macro or call
- * block (node + the scope it closes over), or a builtin function. */
-typedef enum { V_UNDEF, V_JSON, V_NS, V_MACRO, V_FUNC } VKind;
+ * block (node + the scope it closes over), a builtin function, or a loop
+ * variable (fields computed when read, so an iteration allocates nothing). */
+typedef enum { V_UNDEF, V_JSON, V_NS, V_MACRO, V_FUNC, V_LOOP } VKind;
 enum { F_RAISE = 1, F_RANGE, F_NAMESPACE, F_STRFTIME };
 
 typedef struct Scope Scope;
@@ -18,7 +19,7 @@ typedef struct {
     json_t *j;          /* V_JSON, V_NS */
     const Node *macro;  /* V_MACRO: N_MACRO or N_CALLBLOCK */
     Scope *scope;       /* V_MACRO: defining scope */
-    int fn;             /* V_FUNC */
+    int fn;             /* V_FUNC: which; V_LOOP: the iteration (j: the loop's items) */
 } Value;
 
 typedef struct { const char *name; Value v; } Var;
@@ -29,7 +30,8 @@ typedef struct { char *s; size_t len, cap; } Buf;
 typedef struct {
     const ChatTemplate *t;
     json_t *context;
-    long iterations;    /* loop iterations and range() items so far */
+    long iterations;    /* loop iterations, range() items, list scans so far */
+    size_t work;        /* bytes of strings built so far */
     int depth;          /* evaluation nesting, including macro calls */
     Value caller;       /* set while a {% call %} invokes its macro */
 } Ctx;
@@ -57,7 +59,9 @@ bool v_truthy(Value v);
 bool v_equal(Value a, Value b);       /* the reference's loose == */
 bool v_strict_equal(Value a, Value b);/* `in`, unique: same type and value */
 const char *v_type(Value v);          /* for error messages */
-json_t *v_to_json(Value v);           /* new reference for storing in arrays/objects; undefined -> null */
+json_t *v_to_json(Value v);           /* new reference for storing in arrays/objects; undefined -> null; NULL on OOM */
+json_t *loop_field(Value loop, const char *name, bool *oom);  /* new reference; NULL: no such field, or *oom */
+json_t *loop_object(Value loop);                   /* the loop variable as a JSON object */
 
 int buf_put(Buf *b, const char *s, size_t n);
 int buf_str(Buf *b, const char *s);
@@ -82,6 +86,7 @@ int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *args
 int apply_test(Ctx *c, const Node *at, const char *name, Value x, Args *args, bool *out);
 int call_builtin(Ctx *c, const Node *at, int fn, Args *args, Value *out);
 int count_iterations(Ctx *c, const Node *at, long n);
+int count_work(Ctx *c, const Node *at, size_t bytes);
 void args_free(Args *a);
 Value arg_get(Args *a, size_t index, const char *kw);   /* borrowed; V_UNDEF when absent */
 #endif

@@ -36,7 +36,7 @@ double v_num(Value v) {
 bool v_truthy(Value v) {
     switch (v.k) {
     case V_UNDEF: return false;
-    case V_NS: case V_MACRO: case V_FUNC: return true;
+    case V_NS: case V_MACRO: case V_FUNC: case V_LOOP: return true;
     case V_JSON: break;
     }
     switch (json_typeof(v.j)) {
@@ -56,6 +56,7 @@ const char *v_type(Value v) {
     case V_NS: return "namespace";
     case V_MACRO: return "macro";
     case V_FUNC: return "function";
+    case V_LOOP: return "loop";
     case V_JSON: break;
     }
     switch (json_typeof(v.j)) {
@@ -118,7 +119,37 @@ bool v_strict_equal(Value a, Value b) {
 
 json_t *v_to_json(Value v) {
     if (v.k == V_JSON || v.k == V_NS) return json_incref(v.j);
+    if (v.k == V_LOOP) return loop_object(v);
     return json_null();
+}
+
+json_t *loop_field(Value loop, const char *name, bool *oom) {
+    size_t i = (size_t)loop.fn, n = json_array_size(loop.j);
+    json_t *f = NULL;
+    *oom = false;
+    if (!strcmp(name, "previtem")) return i > 0 ? json_incref(json_array_get(loop.j, i - 1)) : NULL;
+    if (!strcmp(name, "nextitem")) return i + 1 < n ? json_incref(json_array_get(loop.j, i + 1)) : NULL;
+    if (!strcmp(name, "first")) return json_boolean(i == 0);
+    if (!strcmp(name, "last")) return json_boolean(i + 1 == n);
+    if (!strcmp(name, "index")) f = json_integer((json_int_t)i + 1);
+    else if (!strcmp(name, "index0")) f = json_integer((json_int_t)i);
+    else if (!strcmp(name, "revindex")) f = json_integer((json_int_t)(n - i));
+    else if (!strcmp(name, "revindex0")) f = json_integer((json_int_t)(n - i - 1));
+    else if (!strcmp(name, "length")) f = json_integer((json_int_t)n);
+    else return NULL;
+    *oom = f == NULL;
+    return f;
+}
+
+json_t *loop_object(Value loop) {
+    static const char *const fields[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem"};
+    json_t *o = json_object();
+    for (size_t k = 0; o && k < sizeof fields / sizeof fields[0]; k++) {
+        bool oom;
+        json_t *f = loop_field(loop, fields[k], &oom);
+        if (oom || (f && json_object_set_new(o, fields[k], f) < 0)) { json_decref(o); o = NULL; }
+    }
+    return o;
 }
 
 /* ---------------------------------------------------------------- buffers */
@@ -289,6 +320,13 @@ int v_to_string(Buf *b, Value v) {
     case V_MACRO: return buf_str(b, "<macro>");
     case V_FUNC: return buf_str(b, "<function>");
     case V_NS: return json_write(b, v.j, &plain, 0);
+    case V_LOOP: {
+        json_t *o = loop_object(v);
+        if (!o) return error_set("chat template: out of memory");
+        int rc = json_write(b, o, &plain, 0);
+        json_decref(o);
+        return rc;
+    }
     case V_JSON: break;
     }
     switch (json_typeof(v.j)) {
@@ -310,7 +348,11 @@ int rt_error(const Ctx *c, const Node *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (at) return error_set("%s: %u:%u: %s", c->t->name, at->line, at->col, msg);
+    if (at) {
+        uint32_t line, col;
+        ct_where(c->t->source, at->off, &line, &col);
+        return error_set("%s: %u:%u: %s", c->t->name, line, col, msg);
+    }
     return error_set("%s: %s", c->t->name, msg);
 }
 

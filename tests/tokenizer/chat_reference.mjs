@@ -2,7 +2,7 @@
 // tests/tokenizer/chat_cases.json with @huggingface/jinja, the reference the
 // C chat-template renderer must match byte for byte. Writes
 // OUT (default build/chat_reference.json): [{template, case, ok, output|error}].
-// Usage: node tests/tokenizer/chat_reference.mjs [OUT]
+// Usage: node tests/tokenizer/chat_reference.mjs [OUT]   (env CHAT_CASES: another cases file)
 import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { createRequire } from "node:module";
@@ -12,7 +12,7 @@ const require = createRequire(resolve(root, "tests/node/package.json"));
 const { Template } = await import(require.resolve("@huggingface/jinja"));
 
 const out = resolve(root, process.argv[2] ?? "build/chat_reference.json");
-const spec = JSON.parse(readFileSync(resolve(root, "tests/tokenizer/chat_cases.json"), "utf8"));
+const spec = JSON.parse(readFileSync(resolve(root, process.env.CHAT_CASES ?? "tests/tokenizer/chat_cases.json"), "utf8"));
 
 function templateSource(t) {
   if (t.template_file) return readFileSync(resolve(root, t.template_file), "utf8").replace(/\n$/, "");
@@ -29,6 +29,7 @@ for (const t of spec.templates) {
   const template = new Template(templateSource(t));
   for (const c of spec.cases) {
     if (c.templates && !c.templates.includes(t.name)) continue;
+    if (c.reference && c.reference !== "huggingface") continue; // a case only another reference renders
     const context = {
       messages: c.messages,
       add_generation_prompt: c.add_generation_prompt,

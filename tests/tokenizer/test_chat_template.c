@@ -2,11 +2,12 @@
  *   no arguments: unit tests on synthetic templates (every construct, with
  *     expected strings written by hand) and error cases (unknown filter,
  *     unterminated block, loop and recursion limits, raise_exception);
- *   --compare REF.json: renders every (template x case) of
+ *   --compare REF.json [NAME,NAME...]: renders every (template x case) of
  *     tests/tokenizer/chat_cases.json and requires byte-identical output to
  *     what @huggingface/jinja produced (tests/tokenizer/chat_reference.mjs),
  *     or an error where it raised one; prints "identical: K/N" per template
- *     and in total (run by test_chat_compare.sh). */
+ *     and in total (run by test_chat_compare.sh; env CHAT_CASES: another
+ *     cases file, e.g. to try more templates locally). */
 #include "check.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -42,9 +43,19 @@ static void show_diff(const char *want, const char *got) {
     fprintf(stderr, "    first difference at byte %zu\n    want: %.80s\n    got:  %.80s\n", i, want + from, got + from);
 }
 
-static int compare(const char *ref_path) {
+/* templates: NULL for all, else a comma-separated list of names to compare */
+static bool selected(const char *templates, const char *name) {
+    if (!templates) return true;
+    size_t n = strlen(name);
+    for (const char *p = templates; (p = strstr(p, name)); p += n)
+        if ((p == templates || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+static int compare(const char *ref_path, const char *templates) {
     json_error_t jerr;
-    json_t *spec = json_load_file("tests/tokenizer/chat_cases.json", 0, &jerr);
+    const char *cases = getenv("CHAT_CASES") ? getenv("CHAT_CASES") : "tests/tokenizer/chat_cases.json";
+    json_t *spec = json_load_file(cases, 0, &jerr);
     json_t *ref = json_load_file(ref_path, 0, &jerr);
     CHECK_MSG(spec && ref, "cannot load cases or reference: %s", jerr.text);
     if (!spec || !ref) return check_finish("chat_compare");
@@ -52,6 +63,7 @@ static int compare(const char *ref_path) {
     json_t *t;
     json_array_foreach(json_object_get(spec, "templates"), idx, t) {
         const char *tname = json_string_value(json_object_get(t, "name"));
+        if (!selected(templates, tname)) continue;
         const char *config_path = json_string_value(json_object_get(t, "config"));
         json_t *config = config_path ? json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &jerr) : json_incref(t);
         CHECK_MSG(config != NULL, "%s: %s", tname, jerr.text);
@@ -69,7 +81,7 @@ static int compare(const char *ref_path) {
         ChatTemplate *tpl = NULL;
         int crc = source ? chat_template_compile(&tpl, source, name) : -1;
         CHECK_MSG(crc == 0, "%s: %s", tname, error_message());
-        size_t t_total = 0, t_same = 0, k;
+        size_t t_total = 0, t_same = 0, t_lenient = 0, k;
         json_t *r;
         json_array_foreach(ref, k, r) {
             if (strcmp(json_string_value(json_object_get(r, "template")), tname)) continue;
@@ -99,15 +111,24 @@ static int compare(const char *ref_path) {
                 else if (rc < 0) fprintf(stderr, "  %s x %s: error: %s\n", tname, cname, error_message());
                 else { fprintf(stderr, "  %s x %s: output differs\n", tname, cname); show_diff(want, out); }
             } else {
+                /* the reference raised: so must we, with its message when it is the template's own
+                 * raise_exception. A reference that says which errors are raise_exception's (Python)
+                 * may fail elsewhere where we render (e.g. attribute of undefined): counted apart. */
                 const char *want = json_string_value(json_object_get(r, "error"));
-                if (rc < 0 && strstr(error_message(), want)) t_same++;
+                json_t *raised = json_object_get(r, "raised");
+                if (rc == 0 && raised && !json_is_true(raised)) t_lenient++;
+                else if (rc < 0 && json_is_true(raised) && strstr(error_message(), want)) t_same++;
+                else if (rc < 0 && !raised && (!strstr(error_message(), "raise_exception: ") || strstr(error_message(), want))) t_same++;
+                else if (rc < 0 && raised && !json_is_true(raised) && !strstr(error_message(), "raise_exception: ")) t_same++;
                 else fprintf(stderr, "  %s x %s: expected error \"%s\", got %s\n", tname, cname, want, rc < 0 ? error_message() : "output");
             }
             mem_free(out);
             json_decref(ctx);
         }
-        printf("%-8s identical: %zu/%zu\n", tname, t_same, t_total);
-        CHECK_MSG(t_total > 0 && t_same == t_total, "%s: %zu of %zu renders differ", tname, t_total - t_same, t_total);
+        printf("%-8s identical: %zu/%zu", tname, t_same, t_total);
+        if (t_lenient) printf(" (+%zu rendered where the reference failed outside raise_exception)", t_lenient);
+        printf("\n");
+        CHECK_MSG(t_total > 0 && t_same + t_lenient == t_total, "%s: %zu of %zu renders differ", tname, t_total - t_same - t_lenient, t_total);
         total += t_total; same += t_same;
         chat_template_free(tpl);
         free(source);
@@ -116,7 +137,9 @@ static int compare(const char *ref_path) {
     printf("identical: %zu/%zu\n", same, total);
     json_decref(spec);
     json_decref(ref);
-    return check_finish("chat_compare");
+    char summary[64];
+    snprintf(summary, sizeof summary, "chat_compare (identical: %zu/%zu)", same, total);
+    return check_finish(summary);
 }
 
 /* ---------------------------------------------------------------- unit tests */
@@ -287,6 +310,9 @@ static void test_errors(void) {
     EXPECT_ERROR("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, "recursion limit");
     EXPECT_ERROR("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", NULL,
                  "output limit");
+    EXPECT_ERROR("{% set ns = namespace(s='') %}{% set k = 'x' * 1000 %}{% for i in range(100000) %}{% set ns.s = ns.s ~ k %}{% endfor %}",
+                 NULL, "work limit");
+    EXPECT_ERROR("{% set big = range(5000) | list %}{{ big | unique | length }}", NULL, "loop limit");
     /* deep nesting is a compile error, not a stack overflow */
     size_t depth = 5000;
     char *deep = malloc(depth * 2 + 16);
@@ -313,6 +339,29 @@ static void test_errors(void) {
     CHECK(chat_template_compile(&t, NULL, "t") < 0);
 }
 
+/* One compiled template rendered from several threads at once gives each the same text. */
+static void test_threads(void) {
+    ChatTemplate *t = NULL;
+    CHECK(chat_template_compile(&t, "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                                    "[{{ m.role | upper }}:{{ m.content.strip() ~ '!' }}]{% endfor %}{{ ns.n }}{{ ' end' }}", "threads") == 0);
+    int bad = 0;
+    #pragma omp parallel for reduction(+:bad)
+    for (int i = 0; i < 64; i++) {
+        char ctx_json[160];
+        snprintf(ctx_json, sizeof ctx_json, "{\"messages\": [{\"role\": \"user\", \"content\": \" m%d \"}, {\"role\": \"bot\", \"content\": \"ok\"}]}", i);
+        json_t *ctx = json_loads(ctx_json, 0, NULL);
+        char *out = NULL, want[96];
+        snprintf(want, sizeof want, "[USER:m%d!][BOT:ok!]2 end", i);
+        for (int rep = 0; rep < 50; rep++) {
+            if (chat_template_render(t, ctx, &out, NULL) < 0 || strcmp(out, want)) bad++;
+            mem_free(out);
+        }
+        json_decref(ctx);
+    }
+    CHECK(bad == 0);
+    chat_template_free(t);
+}
+
 /* Allocation failures anywhere in compile or render are errors, never crashes. */
 static void test_alloc_failures(void) {
     const char *src = "{% set ns = namespace(a=1) %}{% for m in messages %}{{ m.role | upper }}{{ m.content | trim }}{% endfor %}";
@@ -334,10 +383,55 @@ static void test_alloc_failures(void) {
     }
     mem_fail_at(0);
     CHECK(failures > 0);
+
+    /* the synthetic constructs template: every allocation site of compile and
+     * render on a rich context, sampled (the first 300, then every 17th) */
+    char *big = read_text("tests/tokenizer/chat_synthetic_constructs.jinja");
+    json_t *spec = json_load_file("tests/tokenizer/chat_cases.json", 0, NULL);
+    CHECK(big && spec);
+    if (!big || !spec) { free(big); json_decref(spec); return; }
+    json_t *ctx = json_object(), *tpl, *cs;
+    size_t i;
+    json_array_foreach(json_object_get(spec, "templates"), i, tpl)
+        if (json_object_get(tpl, "extra")) json_object_update(ctx, json_object_get(tpl, "extra"));
+    json_array_foreach(json_object_get(spec, "cases"), i, cs)
+        if (!strcmp(json_string_value(json_object_get(cs, "name")), "content_parts")) json_object_set(ctx, "messages", json_object_get(cs, "messages"));
+    char *want = NULL;
+    long start = mem_alloc_count();
+    ChatTemplate *t = NULL;
+    CHECK(chat_template_compile(&t, big, "big") == 0 && chat_template_render(t, ctx, &want, NULL) == 0);
+    long allocs = mem_alloc_count() - start;
+    chat_template_free(t);
+    /* jansson's own allocations too */
+    json_set_alloc_funcs(mem_alloc, mem_free);
+    mem_fail_at(0);
+    CHECK(chat_template_compile(&t, big, "big") == 0);
+    char *again = NULL;
+    CHECK(chat_template_render(t, ctx, &again, NULL) == 0 && again && !strcmp(again, want));
+    mem_free(again);
+    chat_template_free(t);
+    allocs = mem_alloc_count();
+    int ok = 0, failed = 0, wrong = 0;
+    for (long n = 1; want && n <= allocs + 1; n++) {
+        mem_fail_at(n);
+        char *out = NULL;
+        int rc = chat_template_compile(&t, big, "big");
+        if (rc == 0) { rc = chat_template_render(t, ctx, &out, NULL); chat_template_free(t); }
+        mem_fail_at(0);
+        if (rc == 0) { ok++; if (strcmp(out, want)) { wrong++; if (wrong < 30) fprintf(stderr, "allocation %ld failed silently\n", n); } }
+        else failed++;
+        mem_free(out);
+    }
+    json_set_alloc_funcs(malloc, free);
+    CHECK_MSG(failed > 200 && ok >= 1 && wrong == 0, "%d renders failed, %d succeeded, %d wrong (of %ld allocations)", failed, ok, wrong, allocs);
+    mem_free(want);
+    json_decref(ctx);
+    json_decref(spec);
+    free(big);
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "--compare")) return compare(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "--compare")) return compare(argv[2], argc >= 4 ? argv[3] : NULL);
     test_text_and_whitespace();
     test_expressions();
     test_tests();
@@ -346,6 +440,7 @@ int main(int argc, char **argv) {
     test_globals();
     test_apply();
     test_errors();
+    test_threads();
     test_alloc_failures();
     return check_finish("chat_template");
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# test_chat_python.sh: the C chat-template renderer against Python Jinja2 set
+# up as transformers sets it up (what mlx-lm renders). The real templates and
+# the whitespace template must come out byte-identical; the constructs
+# template is left out because Python prints True/None/['a'] where
+# @huggingface/jinja (the main reference) prints true/""/["a"].
+# Skips (exit 0) when no python3 with jinja2 is installed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build/rel}
+bin=$build/tests/tokenizer/test_chat_template
+[ -x "$bin" ] || { echo "missing $bin (run make test)"; exit 1; }
+py=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c "import jinja2" 2>/dev/null; then py=$p; break; fi
+done
+[ -n "$py" ] || { echo "summary chat_python: skipped (no python3 with jinja2)"; exit 0; }
+ref=$build/chat_reference_jinja2.json
+"$py" tests/tokenizer/chat_reference_jinja2.py "$ref"
+"$bin" --compare "$ref" qwen3,llama3,llama2,synthetic_whitespace
