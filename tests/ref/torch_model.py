@@ -20,6 +20,8 @@ Conventions
 - qwen2: q/k/v always carry a bias. llama/qwen3: only if `attention_bias`.
 - LoRA (MLX-LM math): y = W x + b + scale * ((x @ A) @ B), A (in, r), B (r, out),
   no dropout. Adapter names: model.layers.{i}.{key}.lora_a / .lora_b.
+- DoRA (MLX-LM DoRALinear): y = (m / stop_grad(||W + scale B^T A^T||_row)) *
+  (W x + scale (x A) B) + b, m (out) trainable (name ....m), init row norms of W.
   A "peft" convention is also available for the export check:
   y = W x + b + (alpha / r) * (x @ A_peft^T) @ B_peft^T, A_peft (r, in), B_peft (out, r).
 - Full fine-tuning: every parameter of the last N blocks is trainable
@@ -163,6 +165,7 @@ class DecoderLM:
             self.params[name] = t.to(compute_dtype)
         self.trainable = {}  # name -> leaf tensor (requires_grad)
         self.lora = {}       # "model.layers.i.key" -> (A, B, scale, convention)
+        self.dora_m = {}     # "model.layers.i.key" -> m (out): DoRA magnitudes
         self.trainable_layers = set()
         self.checkpoint_blocks = False
         self.round_inputs = bf16_mode == "emulate"  # can be switched off for finite differences
@@ -185,9 +188,9 @@ class DecoderLM:
                     self.params[name] = t
                     self.trainable[name] = t
 
-    def set_lora(self, num_layers, keys, rank, scale, adapters=None, generator=None):
+    def set_lora(self, num_layers, keys, rank, scale, adapters=None, generator=None, dora=False):
         """adapters: optional dict of MLX names -> tensors; else MLX init
-        (A uniform +-1/sqrt(in), B zero)."""
+        (A uniform +-1/sqrt(in), B zero, DoRA m = row norms of W)."""
         for i in range(self._lowest(num_layers), self.L):
             self.trainable_layers.add(i)
             for key in keys:
@@ -207,6 +210,14 @@ class DecoderLM:
                 self.lora[base] = (A, B, float(scale), "mlx")
                 self.trainable[base + ".lora_a"] = A
                 self.trainable[base + ".lora_b"] = B
+                if dora:
+                    if adapters is not None:
+                        m = adapters[base + ".m"].to(self.dtype).clone()
+                    else:
+                        m = W.to(self.dtype).norm(dim=1)
+                    m.requires_grad_(True)
+                    self.dora_m[base] = m
+                    self.trainable[base + ".m"] = m
 
     def set_lora_peft(self, peft_tensors, alpha, rank):
         """PEFT convention (frozen, for the export check). peft_tensors: HF PEFT names."""
@@ -232,8 +243,6 @@ class DecoderLM:
             if frozen and self.round_inputs and (base + ".weight") in self.was_bf16:
                 xin = _RoundToBF16.apply(x)
             y = F.linear(xin, W)
-        if has_bias:
-            y = y + self._w(base + ".bias")
         lo = self.lora.get(base)
         if lo is not None:
             A, B, scale, conv = lo
@@ -241,6 +250,14 @@ class DecoderLM:
                 y = y + scale * ((x @ A) @ B)
             else:
                 y = y + scale * ((x @ A.t()) @ B.t())
+            m = self.dora_m.get(base)
+            if m is not None:
+                # MLX DoRALinear: out = (m / stop_grad(||W + scale B^T A^T||_row)) * (W x + scale (x A) B) + b
+                adapted = W.to(self.dtype) + (scale * B.t()) @ A.t()
+                denom = adapted.norm(dim=1).detach()
+                y = (m / denom) * y
+        if has_bias:
+            y = y + self._w(base + ".bias")
         return y
 
     def block(self, i, h, cos, sin):
