@@ -36,6 +36,18 @@ static int encode_section(const Tokenizer *t, BpeWork *w, const char *s, size_t 
         s = norm->buf; len = norm->buf_len;
         if (len == 0) return 0;
     }
+    if (!t->pre_tokenizer && t->split_before_metaspace) {
+        /* Cut before each U+2581 that follows another character. */
+        size_t start = 0;
+        for (size_t i = 1; i + 3 <= len; i++) {
+            if (memcmp(s + i, "\xE2\x96\x81", 3) != 0) continue;
+            if (i >= 3 && memcmp(s + i - 3, "\xE2\x96\x81", 3) == 0) continue;
+            TRY(bpe_encode_piece(t, w, s + start, i - start, ids, n, cap));
+            start = i;
+            i += 2;
+        }
+        return bpe_encode_piece(t, w, s + start, len - start, ids, n, cap);
+    }
     if (!t->pre_tokenizer) return bpe_encode_piece(t, w, s, len, ids, n, cap);
     pieces_reset(pre);
     TRY(pretokenizer_apply(t->pre_tokenizer, s, len, pre, section_index));

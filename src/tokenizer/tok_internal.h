@@ -177,6 +177,10 @@ struct Tokenizer {
     Normalizer *normalizer;
     PreTokenizer *pre_tokenizer;
     bool byte_level;             /* a ByteLevel pre-tokenizer maps bytes */
+    /* No pre-tokenizer and no token has U+2581 after another character:
+     * BPE never merges across "x|▁", so a section may be cut there (exact,
+     * and it lets the cache work on sentencepiece-style words). */
+    bool split_before_metaspace;
     PostProcessor post;
     Decoder *decoder;
     /* added tokens */
@@ -210,5 +214,4 @@ const AddedToken *added_find(const Tokenizer *t, int32_t id);
 /* tok_decoder.c */
 int decoder_run(const Tokenizer *t, const Decoder *d, PieceList *tokens, PieceList *scratch);
 
-/* tok_load.c parsers for sub-objects (json_t from jansson) */
 #endif

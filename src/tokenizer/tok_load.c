@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#define METASPACE "\xE2\x96\x81" /* U+2581, sentencepiece's space */
 #define MAX_VOCAB (1 << 24) /* ids beyond 16M are a broken file, not a vocab */
 
 typedef struct { const char *path; Tokenizer *t; } Ctx;
@@ -20,13 +21,13 @@ typedef struct { const char *path; Tokenizer *t; } Ctx;
 /* flags: JSON_DECODE_INT_AS_REAL for tokenizer_config.json, whose
  * model_max_length is often 1e30 written as an integer. */
 static json_t *load_json(const char *path, size_t flags) {
+    /* One read and json_loadb: jansson's own file reader goes through getc. */
+    char *text; size_t size;
+    if (file_read_all(path, (size_t)1 << 31, &text, &size) < 0) return NULL;
     json_error_t err;
-    json_t *root = json_load_file(path, flags, &err);
-    if (!root) {
-        if (!file_exists(path)) { error_set("%s: cannot open: no such file", path); return NULL; }
-        error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text);
-        return NULL;
-    }
+    json_t *root = json_loadb(text, size, flags, &err);
+    mem_free(text);
+    if (!root) { error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text); return NULL; }
     if (!json_is_object(root)) { json_decref(root); error_set("%s: top level is not a JSON object", path); return NULL; }
     return root;
 }
@@ -541,6 +542,13 @@ static int load_json_tokenizer(Tokenizer *t, const char *path) {
         char ch[4]; int k = utf8_encode(byte_to_unicode((uint8_t)b), ch);
         t->byte_level_ids[b] = strmap_get(&t->token_to_id, ch, (size_t)k);
     }
+    t->split_before_metaspace = !t->pre_tokenizer;
+    for (int32_t id = 0; id < t->vocab_size && t->split_before_metaspace; id++) {
+        const char *tok = t->id_to_token[id];
+        if (!tok || t->added[id]) continue;
+        for (const char *m = strstr(tok, METASPACE); m && t->split_before_metaspace; m = strstr(m + 3, METASPACE))
+            if (m > tok && (m - tok < 3 || memcmp(m - 3, METASPACE, 3) != 0)) t->split_before_metaspace = false;
+    }
     TRY(added_trie_build(t));
     return bpe_cache_create(&t->cache);
 }
@@ -567,12 +575,38 @@ int tokenizer_load_files(Tokenizer **out, const char *tokenizer_json, const char
     return 0;
 }
 
+/* Newer checkpoints keep the template beside the config, in
+ * chat_template.jinja (raw text) or chat_template.json ({"chat_template": ...}). */
+static int load_side_template(Tokenizer *t, const char *model_dir) {
+    char *jinja = path_join(model_dir, "chat_template.jinja");
+    char *json = path_join(model_dir, "chat_template.json");
+    int rc = jinja && json ? 0 : -1;
+    if (rc == 0 && file_exists(jinja)) {
+        size_t size;
+        rc = file_read_all(jinja, (size_t)1 << 26, &t->chat_template, &size);
+    } else if (rc == 0 && file_exists(json)) {
+        json_t *root = load_json(json, 0);
+        json_t *v = root ? json_object_get(root, "chat_template") : NULL;
+        if (!root) rc = -1;
+        else if (!json_is_string(v)) rc = error_set("%s: chat_template: expected a string", json);
+        else if (!(t->chat_template = mem_strdup(json_string_value(v)))) rc = -1;
+        json_decref(root);
+    }
+    mem_free(jinja); mem_free(json);
+    return rc;
+}
+
 int tokenizer_load(Tokenizer **out, const char *model_dir) {
     *out = NULL;
     char *json = path_join(model_dir, "tokenizer.json");
     char *config = path_join(model_dir, "tokenizer_config.json");
     int rc = -1;
     if (json && config) rc = tokenizer_load_files(out, json, file_exists(config) ? config : NULL);
+    if (rc == 0 && !(*out)->chat_template && load_side_template(*out, model_dir) < 0) {
+        tokenizer_free(*out);
+        *out = NULL;
+        rc = -1;
+    }
     mem_free(json); mem_free(config);
     return rc;
 }

@@ -160,6 +160,13 @@ int pretokenizer_apply(const PreTokenizer *p, const char *s, size_t len, PieceLi
     case PRE_METASPACE: return metaspace_apply(p, s, len, out, section_index);
     case PRE_DIGITS: return digits_apply(p, s, len, out);
     case PRE_SEQUENCE: {
+        /* Stages that change nothing (ByteLevel without regex or prefix
+         * space: its byte mapping is the BPE model's) are skipped; a single
+         * remaining stage writes straight into out. */
+        size_t active = 0, only = 0;
+        for (size_t c = 0; c < p->n_children; c++) if (!is_identity(&p->children[c])) { active++; only = c; }
+        if (active == 0) return pieces_push_bytes(out, s, len);
+        if (active == 1) return pretokenizer_apply(&p->children[only], s, len, out, section_index);
         PieceList a = { 0 }, b = { 0 };
         PieceList *cur = &a, *next = &b;
         int rc = pieces_push_bytes(cur, s, len);

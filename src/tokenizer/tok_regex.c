@@ -79,7 +79,8 @@ int tok_regex_compile(TokRegex *r, const char *pattern, bool literal, const char
     char *pat = literal ? mem_strdup(pattern) : rewrite_for_js(pattern);
     if (!pat) return -1;
     int errcode; PCRE2_SIZE erroff;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2_LITERAL refuses PCRE2_UCP (no classes to widen anyway). */
+    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     r->code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
     mem_free(pat);
     if (!r->code) {

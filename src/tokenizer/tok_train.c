@@ -169,9 +169,10 @@ int tokenizer_write_bytelevel(const char *out_dir, const char *train_text, size_
         for (size_t w = 0; w < wc.n_words; w++)
             for (size_t i = 0; i + 1 < n_syms[w]; i++)
                 counts_add(&pc, ((uint64_t)(uint32_t)syms[w][i] << 32) | (uint32_t)syms[w][i + 1], wc.freq[w]);
-        uint64_t best = NO_KEY; int64_t best_count = 1;
+        uint64_t best = NO_KEY; int64_t best_count = 0;
         for (size_t i = 0; i < pc.cap; i++)
-            if (pc.keys[i] != NO_KEY && (pc.counts[i] > best_count || (pc.counts[i] == best_count && pc.keys[i] < best))) {
+            if (pc.keys[i] != NO_KEY && pc.counts[i] >= 2 &&
+                (pc.counts[i] > best_count || (pc.counts[i] == best_count && pc.keys[i] < best))) {
                 best = pc.keys[i]; best_count = pc.counts[i];
             }
         if (best == NO_KEY) break; /* no pair occurs twice: nothing more to learn */

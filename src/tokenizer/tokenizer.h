@@ -12,7 +12,20 @@
  * Decoding runs the decoder chain (tok_decoder.c). Loading: tok_load.c.
  *
  * A loaded Tokenizer is read-only except for an internal, mutex-guarded
- * BPE cache, so encode/decode may be called from several threads at once. */
+ * BPE cache, so encode/decode may be called from several threads at once.
+ *
+ * Supported: model BPE (merges as "a b" or ["a","b"], ignore_merges,
+ * byte_fallback, unk_token); normalizers Sequence, Prepend, Replace, NFC;
+ * pre-tokenizers Sequence, Split, ByteLevel, Metaspace, Digits; post-
+ * processors TemplateProcessing (single), ByteLevel, Sequence; decoders
+ * ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence.
+ * Anything else is a load error naming the field.
+ * Where transformers.js and HF tokenizers differ we follow transformers.js
+ * (added tokens matched on the raw text whatever their `normalized` flag;
+ * single_word ignored; an inverted Split keeps the matches), except
+ * Metaspace, which follows HF (prepend_scheme, split). NFC uses Unicode 14
+ * tables; regex letters/digits follow Node's Unicode 17. decode does not
+ * apply clean_up_tokenization_spaces. */
 #ifndef LT_TOKENIZER_H
 #define LT_TOKENIZER_H
 #include <stdbool.h>
@@ -22,8 +35,9 @@
 typedef struct Tokenizer Tokenizer;
 
 /* Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json
- * (bos/eos/pad token strings, chat_template, add_bos_token...). Errors name
- * the file and the field. */
+ * (bos/eos/pad token strings, chat_template, add_bos_token...); a config
+ * without chat_template takes DIR/chat_template.jinja or
+ * DIR/chat_template.json when present. Errors name the file and the field. */
 int tokenizer_load(Tokenizer **out, const char *model_dir);
 int tokenizer_load_files(Tokenizer **out, const char *tokenizer_json,
                          const char *tokenizer_config_json /* or NULL */);

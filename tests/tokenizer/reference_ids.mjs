@@ -3,6 +3,8 @@
 // Llama 3 and Llama 2 tokenizers, one JSON line per corpus line:
 //   {"plain": ids without special tokens, "special": ids with add_special_tokens,
 //    "decoded": decode(plain) with clean_up_tokenization_spaces off}
+// and NAME.decode.jsonl: decodes of random id sequences (ill-formed UTF-8
+// pieces, special tokens, with and without skip_special_tokens).
 // Usage: node tests/tokenizer/reference_ids.mjs [OUT_DIR]  (default build/tokenizer_ref)
 //        node tests/tokenizer/reference_ids.mjs --dir MODEL_DIR --name NAME [OUT_DIR]
 //          (a tokenizer.json + tokenizer_config.json directory, e.g. one the C
@@ -53,5 +55,15 @@ for (const { name, dir } of targets) {
     return JSON.stringify({ plain, special, decoded });
   });
   fs.writeFileSync(path.join(outDir, `${name}.jsonl`), lines.join("\n") + "\n");
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const V = tok.model.vocab.length, dec = [];
+  for (let i = 0; i < 500; i++) {
+    // Low ids are bytes and special tokens in these vocabularies: draw them often.
+    const ids = Array.from({ length: 1 + rnd(12) }, () => (rnd(3) === 0 ? rnd(300) : rnd(V)));
+    for (const skip of [false, true])
+      dec.push(JSON.stringify({ ids, skip, text: tok.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }) }));
+  }
+  fs.writeFileSync(path.join(outDir, `${name}.decode.jsonl`), dec.join("\n") + "\n");
   console.log(`${name}: ${lines.length} samples -> ${path.join(outDir, name + ".jsonl")}`);
 }

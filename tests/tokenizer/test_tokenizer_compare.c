@@ -34,10 +34,10 @@ static int corpus_load(Corpus *c) {
     for (size_t i = 0; i < size; i++) lines += c->raw[i] == '\n';
     c->text = mem_calloc(lines + 1, sizeof *c->text);
     c->len = mem_calloc(lines + 1, sizeof *c->len);
-    char *p = c->raw;
-    while (*p) {
-        char *nl = strchr(p, '\n');
-        if (!nl) nl = p + strlen(p);
+    char *p = c->raw, *end = c->raw + size;
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) nl = end;
         char *out = mem_alloc((size_t)(nl - p) + 1);
         size_t k = 0;
         for (char *q = p; q < nl; q++) {
@@ -48,7 +48,7 @@ static int corpus_load(Corpus *c) {
         }
         out[k] = 0;
         c->text[c->n] = out; c->len[c->n] = k; c->n++;
-        p = *nl ? nl + 1 : nl;
+        p = nl < end ? nl + 1 : end;
     }
     return 0;
 }
@@ -70,7 +70,7 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
     char *line = NULL; size_t cap = 0;
     for (; n < c->n && getline(&line, &cap, f) > 0; n++) {
         json_error_t err;
-        json_t *ref = json_loads(line, 0, &err);
+        json_t *ref = json_loads(line, JSON_ALLOW_NUL, &err);
         if (!ref) { fprintf(stderr, "%s: line %zu: %s\n", path, n + 1, err.text); CHECK(0); break; }
         int32_t *plain = NULL, *special = NULL; size_t np = 0, ns = 0;
         char *dec = NULL; size_t dl = 0;
@@ -106,7 +106,6 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
         mem_free(plain); mem_free(special); mem_free(dec);
         json_decref(ref);
     }
-    free(line);
     fclose(f);
     printf("%-8s identical ids: %zu/%zu lines (add_special off), %zu/%zu (on); decode == reference decode: %zu/%zu; "
            "decode(encode(x)) == x: C %zu/%zu, reference %zu/%zu\n",
@@ -115,6 +114,29 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
     CHECK_MSG(same_plain == c->n && same_special == c->n, "%s: ids differ", name);
     CHECK_MSG(same_decode == c->n, "%s: decodes differ", name);
     CHECK_MSG(rt_c == rt_ref, "%s: round trips differ", name);
+    /* Decodes of random id sequences. */
+    snprintf(path, sizeof path, "%s/%s.decode.jsonl", ref_dir, name);
+    f = fopen(path, "r");
+    size_t n_dec = 0, same = 0;
+    while (f && getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL);
+        json_t *a = json_object_get(j, "ids");
+        size_t k = json_array_size(a);
+        int32_t *ids = mem_alloc((k + 1) * sizeof *ids);
+        for (size_t i = 0; i < k; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, i));
+        char *s = NULL; size_t len = 0;
+        const char *r = json_string_value(json_object_get(j, "text"));
+        size_t rl = json_string_length(json_object_get(j, "text"));
+        n_dec++;
+        if (tokenizer_decode(t, ids, k, json_is_true(json_object_get(j, "skip")), &s, &len) == 0 && r && rl == len && !memcmp(r, s, len)) same++;
+        else if (n_dec - same <= 3) fprintf(stderr, "  %s: random decode %zu differs: C \"%.80s\" ref \"%.80s\"\n", name, n_dec, s ? s : error_message(), r ? r : "");
+        mem_free(s); mem_free(ids);
+        json_decref(j);
+    }
+    if (f) fclose(f);
+    free(line);
+    printf("%-8s random id sequences: %zu/%zu decodes identical\n", name, same, n_dec);
+    CHECK_MSG(n_dec > 0 && same == n_dec, "%s: random decodes differ (%zu/%zu)", name, same, n_dec);
     tokenizer_free(t);
     return 0;
 }
