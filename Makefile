@@ -1,17 +1,32 @@
 # lmtune: plain Makefile. `make` builds ./lmtune; `make test` builds and runs
 # every test; `make test SANITIZE=1` runs them under ASan+UBSan; `make bench`
-# runs the benchmarks; `make demo` runs the first-run demo.
+# runs the benchmarks; `make demo` runs the first-run demo; `make fuzz` builds
+# the libFuzzer targets (clang, build/fuzz) and runs each for FUZZ_SECONDS.
 CC      ?= gcc
 SANITIZE ?= 0
-MPI     ?= 0
+FUZZ    ?= 0
+FUZZ_SECONDS ?= 60
+MPI     ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
 OPT     ?= -O2 -march=native
 
-ifeq ($(SANITIZE),1)
-  BUILD  := build/san
+ifeq ($(FUZZ),1)
+  MPI := 0
+endif
+ifeq ($(MPI),1)
+  FLAVOUR := -mpi
+endif
+ifeq ($(FUZZ),1)
+  # The library instrumented for libFuzzer (coverage), ASan and UBSan.
+  BUILD  := build/fuzz
+  CC     := clang
+  OPT    := -O1 -g -march=native -fno-omit-frame-pointer
+  SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed -Wno-unknown-pragmas
+else ifeq ($(SANITIZE),1)
+  BUILD  := build/san$(FLAVOUR)
   OPT    := -O1 -g -march=native -fno-omit-frame-pointer
   SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 else
-  BUILD  := build/rel
+  BUILD  := build/rel$(FLAVOUR)
   SANFLAGS :=
 endif
 
@@ -38,7 +53,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/liblmtune.a
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all test bench demo clean deps
+.PHONY: all test bench demo clean deps print-build fuzz fuzz-build
 all: lmtune
 
 deps: $(DEPS_STAMP)
@@ -71,12 +86,33 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
 test: $(BUILD)/lmtune $(TEST_BIN)
 	@LMTUNE_BIN=$(CURDIR)/$(BUILD)/lmtune BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run.sh $(TEST_BIN)
 
-bench: lmtune
+$(BUILD)/bench/gemm_peak: bench/gemm_peak.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+bench: lmtune $(BUILD)/bench/gemm_peak
 	@scripts/install-deps.sh --bench
-	bench/run.sh
+	GEMM_PEAK_BIN=$(CURDIR)/$(BUILD)/bench/gemm_peak bench/run.sh
+
+print-build:
+	@echo $(BUILD)
 
 demo: lmtune
 	scripts/demo.sh
+
+# libFuzzer targets: tests/fuzz/fuzz_*.c, each with tests/fuzz/corpus/NAME/.
+FUZZ_BIN := $(patsubst %.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+ifeq ($(FUZZ),1)
+$(BUILD)/tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB) $(BUILD)/src/cli/args.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests -o $@ $< $(BUILD)/src/cli/args.o $(LIB) $(LDFLAGS) $(LDLIBS)
+fuzz-build: $(FUZZ_BIN)
+else
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-build
+endif
+fuzz: fuzz-build
+	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf build lmtune

@@ -49,7 +49,7 @@ def config_file(mode):
     return path
 
 def gemm_peak(threads):
-    exe = os.path.join(ROOT, "build", "rel", "bench", "gemm_peak")
+    exe = os.environ.get("GEMM_PEAK_BIN") or os.path.join(ROOT, "build", "rel", "bench", "gemm_peak")
     out, _, _, _ = run([exe, "3"], env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     best = {"f32": 0.0, "bf16": 0.0}
     for line in out.splitlines():

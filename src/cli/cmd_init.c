@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/hf_config.h"
-#include "model/init_model.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include <getopt.h>
 #include <stdio.h>

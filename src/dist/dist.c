@@ -5,9 +5,15 @@
 
 #ifdef LT_USE_MPI
 #include <mpi.h>
+#include <stdlib.h>
 static int g_rank = 0, g_world = 1, g_inited = 0;
+/* Launched by mpirun/mpiexec (Open MPI or a PMI launcher)? A plain
+ * `lmtune train` stays a single process and skips MPI_Init's start-up. */
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
 int dist_init(int *argc, char ***argv) {
-    if (g_inited) return 0;
+    if (g_inited || !launched_by_mpi()) return 0;
     if (MPI_Init(argc, argv) != MPI_SUCCESS) return error_set("MPI_Init failed");
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_world);

@@ -3,6 +3,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "formats/one_line.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -137,15 +138,16 @@ int gguf_read_check(const char *path, GgufInfo *g) {
     }
     g->data_start = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        uint64_t n = 1;
-        for (uint32_t d = 0; d < g->t_ndims[i]; d++) n *= g->t_ne[i][d];
-        size_t esz = g->t_types[i] == GGML_TYPE_F32 ? 4 : 2;
-        if (g->data_start + g->t_offsets[i] + n * esz > m.size) { error_set("%s: tensor %s: data past the end of the file", path, g->t_names[i]); goto out; }
+        size_t n = g->t_types[i] == GGML_TYPE_F32 ? 4 : 2, end;
+        bool overflow = false;
+        for (uint32_t d = 0; d < g->t_ndims[i]; d++) overflow |= !size_mul(n, g->t_ne[i][d], &n);
+        overflow |= !size_add(g->data_start, g->t_offsets[i], &end) || !size_add(end, n, &end);
+        if (overflow || end > m.size) { error_set("%s: tensor %s: data past the end of the file", path, g->t_names[i]); goto out; }
     }
     rc = 0;
 out:
     file_unmap(&m);
-    if (rc < 0) gguf_info_free(g);
+    if (rc < 0) { gguf_info_free(g); error_one_line(); }  /* names from the file may hold newlines */
     return rc;
 }
 

@@ -15,9 +15,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const PROJ_KEYS[PROJ_COUNT] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
 static const char *const GGUF_NAMES[PROJ_COUNT] = {
     "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
 

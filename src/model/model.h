@@ -60,6 +60,10 @@ typedef struct Model Model;
 
 /* Records every buffer of the model for this spec (no file is read). */
 int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv);
+/* The trainable tensors a spec creates (names, shapes, numel; value and
+ * grad NULL), without loading anything: the planner sizes the optimizer
+ * moments from it. *out is heap (mem_free). */
+int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n);
 /* Notes the frozen weights that stay in the mapped file(s): reads headers only. */
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan);
 

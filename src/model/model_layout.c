@@ -161,7 +161,7 @@ static size_t add_t(TrainableTensor *list, size_t i, size_t *floats, const char 
     return i + 1;
 }
 
-static size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats) {
+size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats) {
     const Dims *d = &m->d;
     size_t i = 0; *floats = 0;
     char nm[128];
@@ -486,4 +486,40 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const Mode
         TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, per_block * frozen, false));
     }
     return 0;
+}
+
+int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n) {
+    *out = NULL; *n = 0;
+    Model *m = mem_calloc(1, sizeof *m);
+    if (!m) return -1;
+    m->cfg = *cfg; m->spec = *spec;
+    DType t = cfg->torch_dtype;
+    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
+    int rc = dims_init(&m->d, cfg, spec, t);
+    if (rc == 0) {
+        m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
+        if (!m->blocks) rc = -1;
+    }
+    if (rc == 0) {
+        /* The walk decides which projections each block adapts; run it in
+         * planning mode into a throwaway plan first. */
+        MemPlan scratch = {0};
+        Carver plan_only = {NULL, &scratch};
+        rc = layout_walk(m, spec, &plan_only);
+        plan_free(&scratch);
+    }
+    if (rc == 0) {
+        size_t floats = 0, nt = trainables_enumerate(m, NULL, &floats);
+        TrainableTensor *list = nt ? mem_calloc(nt, sizeof *list) : NULL;
+        if (nt && !list) rc = -1;
+        else {
+            if (nt) trainables_enumerate(m, list, &floats);
+            for (size_t i = 0; i < nt; i++) list[i].value = list[i].grad = NULL;
+            *out = list; *n = nt;
+        }
+    }
+    mem_free(m->trainables);
+    mem_free(m->blocks);
+    mem_free(m);
+    return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -211,14 +212,16 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
     meta_add(&m, "window_steps", "%d", s->window_steps);
     meta_add(&m, "window_loss_steps", "%d", s->window_loss_steps);
     meta_add(&m, "content_hash", "%016" PRIx64, content_hash(w, k, NULL));
-    /* Keep the previous state: if this one is damaged, the load falls back to it. */
+    /* Keep the previous state as a second name of the same file (a hard
+     * link): the new one replaces `path` atomically, the old one stays
+     * reachable as .prev, and the load falls back to it if the newest is
+     * damaged. A failed write leaves `path` itself unchanged. */
     char *prev = mem_alloc(strlen(path) + 8);
     if (!prev) { mem_free(w); mem_free(names); return -1; }
     sprintf(prev, "%s.prev", path);
-    if (file_exists(path) && rename(path, prev) != 0) {
-        int e = errno;
-        mem_free(prev); mem_free(w); mem_free(names);
-        return error_set("%s: cannot keep the previous state as %s.prev: %s", path, path, strerror(e));
+    if (file_exists(path)) {
+        unlink(prev);
+        if (link(path, prev) != 0) unlink(prev);   /* no hard links here: no fallback copy */
     }
     mem_free(prev);
     int rc = st_write(path, w, k, m.keys, m.vptr, m.n);
@@ -287,6 +290,11 @@ static int load_state_file(const char *path, TrainState *s, Optimizer *opt,
         meta_u64(&f, path, "window_tokens", &wt) < 0 || meta_u64(&f, path, "window_steps", &ws) < 0 ||
         meta_u64(&f, path, "window_loss_steps", &wls) < 0)
         goto out;
+    if (s->iteration > INT32_MAX || accum_count > INT32_MAX || streak > INT32_MAX || wt > INT32_MAX ||
+        ws > INT32_MAX || wls > INT32_MAX) {
+        error_set("%s: a counter of the training state is out of range (the file is damaged)", path);
+        goto out;
+    }
     s->accum_count = (int)accum_count;
     s->accum_bad = accum_bad != 0;
     s->nonfinite_streak = (int)streak;

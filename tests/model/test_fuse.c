@@ -3,7 +3,8 @@
  * DoRA rescales rows to m, untouched tensors are copied byte for byte, shards
  * and their index are written when the shard limit is small, the PEFT export
  * holds A^T and B^T with lora_alpha = scale * r, and the GGUF export parses
- * back against the specification. */
+ * back against the specification (key types, every tensor's bytes in
+ * PEFT's layout, aligned non-overlapping data). */
 #include "base/alloc.h"
 #include "base/dtype.h"
 #include "base/error.h"
@@ -221,6 +222,46 @@ int main(void) {
         CHECK(g.t_offsets[i] % g.alignment == 0);
     }
     CHECK(a_ok && b_ok);
+    /* Every key's type, and every tensor's bytes: lora_a holds A^T (r, in) and
+     * lora_b holds B^T (out, r), the PEFT layout (ggml ne reversed). */
+    {
+        int seen = 0;
+        for (uint64_t i = 0; i < g.n_kv; i++) {
+            const char *k = g.kv_keys[i];
+            int want = !strcmp(k, "adapter.lora.alpha") ? GGUF_TYPE_FLOAT32 : !strcmp(k, "general.alignment") ? GGUF_TYPE_UINT32 : GGUF_TYPE_STRING;
+            CHECK_MSG(g.kv_types[i] == want, "GGUF key %s has type %d, expected %d", k, g.kv_types[i], want);
+            if (!strcmp(k, "adapter.type")) CHECK(!strcmp(g.kv_strings[i], "lora"));
+            seen += !strcmp(k, "adapter.type") || !strcmp(k, "general.alignment");
+        }
+        CHECK(seen == 2);
+        char *buf; size_t n;
+        CHECK(file_read_all(p("adapter.gguf"), 0, &buf, &n) == 0);
+        const struct { const char *name; const float *a_or_b; int rows, cols; bool is_a; } want[] = {
+            {"blk.1.attn_q.weight.lora_a", a_q, C, R, true}, {"blk.1.attn_q.weight.lora_b", b_q, R, C, false},
+            {"blk.1.ffn_up.weight.lora_a", a_up, C, R, true}, {"blk.1.ffn_up.weight.lora_b", b_up, R, F, false}};
+        int matched = 0;
+        uint64_t end_max = 0;
+        for (uint64_t i = 0; i < g.n_tensors; i++) {
+            for (size_t w = 0; w < 4; w++) {
+                if (strcmp(g.t_names[i], want[w].name)) continue;
+                /* MLX tensor (rows, cols); stored transposed: (cols, rows) row-major */
+                const float *d = (const float *)(buf + g.data_start + g.t_offsets[i]);
+                int bad = 0;
+                for (int r = 0; r < want[w].rows; r++) for (int c = 0; c < want[w].cols; c++)
+                    bad += d[(size_t)c * want[w].rows + r] != want[w].a_or_b[(size_t)r * want[w].cols + c];
+                CHECK_MSG(bad == 0, "GGUF %s: %d values differ from the PEFT layout", want[w].name, bad);
+                CHECK(g.t_ne[i][0] == (uint64_t)want[w].rows && g.t_ne[i][1] == (uint64_t)want[w].cols);
+                matched++;
+            }
+            uint64_t e = g.t_offsets[i] + g.t_ne[i][0] * g.t_ne[i][1] * 4;
+            if (e > end_max) end_max = e;
+            for (uint64_t j = 0; j < i; j++)   /* data regions do not overlap */
+                CHECK(g.t_offsets[j] + g.t_ne[j][0] * g.t_ne[j][1] * 4 <= g.t_offsets[i] || g.t_offsets[i] + g.t_ne[i][0] * g.t_ne[i][1] * 4 <= g.t_offsets[j]);
+        }
+        CHECK(matched == 4);
+        CHECK(g.data_start % g.alignment == 0 && g.data_start + end_max <= n);
+        mem_free(buf);
+    }
     gguf_info_free(&g);
     /* A truncated GGUF is refused with a message naming the file. */
     {

@@ -1,7 +1,7 @@
 /* fuzz_hf_config.c: libFuzzer target for the config.json reader: any input
  * either fails with a one-line message naming the file, or gives a config
  * whose sizes are positive and consistent and which writes and reads back
- * identically. Build and run: tests/formats/fuzz/run.sh. */
+ * identically. Build and run: make fuzz (tests/fuzz/run.sh). */
 #include "base/error.h"
 #include "formats/hf_config.h"
 #include <stdio.h>

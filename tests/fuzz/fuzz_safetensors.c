@@ -1,7 +1,7 @@
 /* fuzz_safetensors.c: libFuzzer target for the safetensors reader. Each
  * input is a whole file (held in a memfd, opened by its /proc path) read
  * both fully and header-only; the two must agree, and every accepted file's
- * tensors must lie inside it. Build and run: tests/formats/fuzz/run.sh. */
+ * tensors must lie inside it. Build and run: make fuzz (tests/fuzz/run.sh). */
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include <stdio.h>

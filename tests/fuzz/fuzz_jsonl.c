@@ -1,7 +1,7 @@
 /* fuzz_jsonl.c: libFuzzer target for the JSONL data path (line reader, JSON
  * checks, format detection, tokenization through the chat template), in
  * strict and skip-bad-lines modes, with and without --mask-prompt.
- * Build and run: tests/data/fuzz/run.sh [seconds]. */
+ * Build and run: make fuzz (tests/fuzz/run.sh). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
