@@ -108,16 +108,10 @@ static void load_tile(float *dst, int Dp, const float *src, int b, int r0, int r
  * rounds of interleaving row k with row k + 8 (a perfect shuffle) transpose
  * a 16 x 16 block. */
 static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
-#ifdef __clang__  /* clang (the fuzz build) has no __builtin_shuffle; same permutation */
-#define SHUFFLE_LO(a, b) __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)
-#define SHUFFLE_HI(a, b) __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
-#else
     typedef int v16idx __attribute__((vector_size(64)));
     const v16idx lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
     const v16idx hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-#define SHUFFLE_LO(a, b) __builtin_shuffle(a, b, lo)
-#define SHUFFLE_HI(a, b) __builtin_shuffle(a, b, hi)
-#endif
+    (void)lo; (void)hi;
     v16 r[16], t[16];
     #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) r[k] = load16(src + (size_t)k * lds);
@@ -125,15 +119,18 @@ static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
     for (int round = 0; round < 4; round++) {
         #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            t[2 * k] = SHUFFLE_LO(r[k], r[k + 8]);
-            t[2 * k + 1] = SHUFFLE_HI(r[k], r[k + 8]);
+#ifdef __clang__ /* clang spells GCC's __builtin_shuffle with constant indices */
+            t[2 * k] = __builtin_shufflevector(r[k], r[k + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            t[2 * k + 1] = __builtin_shufflevector(r[k], r[k + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+#else
+            t[2 * k] = __builtin_shuffle(r[k], r[k + 8], lo);
+            t[2 * k + 1] = __builtin_shuffle(r[k], r[k + 8], hi);
+#endif
         }
         memcpy(r, t, sizeof r);
     }
     #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) store16(dst + (size_t)k * ldd, r[k]);
-#undef SHUFFLE_LO
-#undef SHUFFLE_HI
 }
 
 /* Same, transposed: dst (Dp, TILE). */

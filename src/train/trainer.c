@@ -71,11 +71,11 @@ int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batch
     return 0;
 }
 
-/* LMTUNE_INJECT_NAN_AT_STEP="3" or "3,7" or "3-9": those iterations report
- * a NaN loss and gradient; LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss
- * and an infinite gradient (test hooks for the non-finite guard). */
-static bool inject_at(const char *env, int it) {
-    const char *spec = getenv(env);
+/* Test hooks for the non-finite guard: LMTUNE_INJECT_NAN_AT_STEP="3" (or
+ * "3,7" or "3-9"): those iterations report a NaN loss and gradient;
+ * LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss but an infinite gradient. */
+static bool inject_at(const char *var, int it) {
+    const char *spec = getenv(var);
     if (!spec) return false;
     const char *p = spec;
     while (*p) {
