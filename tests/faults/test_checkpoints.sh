@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Damaged and foreign checkpoints: a flipped byte in the data or the header
-# of the training state, a truncated state or adapters file, a state from a
-# different base model or trainable layout: each is refused on --resume (or
-# on eval) with an error naming the file, and nothing is overwritten.
+# of the training state, a truncated or empty state (the resume falls back
+# to the previous state, or is refused when there is none), a damaged
+# adapters file, a state from a different base model, trainable layout or
+# optimizer: each refused with an error naming the file, nothing overwritten.
 source "$(dirname "$0")/lib.sh"
 make_fixture
 train "$SCRATCH/good" --iters 2 --save-every 1 >/dev/null 2>&1 || bad "the reference run failed"
@@ -11,20 +12,37 @@ damaged() {  # damaged NAME FILE PYTHON-EXPR-ON-d: a copy of good/ with FILE alt
   python3 -c "import sys; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); $3; open(p,'wb').write(d)" "$SCRATCH/$1/$2"
 }
 state=training_state.safetensors
+# The trainer keeps the previous state as $state.prev: a damaged newest state
+# falls back to it with a warning naming the damage, and resumes from its
+# iteration; with the previous one damaged or absent too, the
+# resume is refused with the error naming the file.
+expect_fallback() {  # LABEL DIR REASON
+  local rc=0 it
+  it=$(grep -ao '"iteration":"[0-9]*"' "$SCRATCH/$2/$state.prev" | grep -o '[0-9]*')
+  train "$SCRATCH/$2" --iters 4 --resume >"$SCRATCH/out" 2>"$SCRATCH/err" || rc=$?
+  check "$1: falls back to the previous state (exit $rc: $(tail -1 "$SCRATCH/err"))" [ $rc = 0 ]
+  check "$1: the warning names the damage" grep -q "^\[WARNING\] .*$state: .*$3.*; resuming from the previous state .*$state.prev" "$SCRATCH/err"
+  check "$1: resumes from the previous state's iteration ($it)" grep -q "Resuming from .* at iteration $it " "$SCRATCH/out"
+}
 damaged flip_data $state "d[-5] ^= 0x01"
-expect_error "flipped byte in the state's data" "$state: checksum mismatch" train "$SCRATCH/flip_data" --iters 4 --resume
-differs() { ! cmp -s "$1" "$2"; }
-check "the damaged state is left as it was (not overwritten)" differs "$SCRATCH/flip_data/$state" "$SCRATCH/good/$state"
+expect_fallback "flipped byte in the state's data" flip_data "damaged (content hash mismatch)"
 damaged flip_head $state "i = d.index(b'\"iteration\":\"') + 13; d[i] = ord('x')"
-expect_error "damaged number in the state's header" "metadata \"iteration\" is not an unsigned integer" train "$SCRATCH/flip_head" --iters 4 --resume
+expect_fallback "damaged number in the state's header" flip_head "metadata \"iteration\" is not an unsigned integer"
 damaged flip_json $state "d[8] = ord('[')"
-expect_error "damaged JSON of the state's header" "$state" train "$SCRATCH/flip_json" --iters 4 --resume
+expect_fallback "damaged JSON of the state's header" flip_json "header is not valid JSON"
 damaged trunc_state $state "del d[len(d)//2:]"
-expect_error "truncated state" "$state: the data should end at byte .* (file is truncated)" train "$SCRATCH/trunc_state" --iters 4 --resume
+expect_fallback "truncated state" trunc_state "file is truncated"
 damaged trunc_state1 $state "del d[-1:]"
-expect_error "state short by one byte" "$state" train "$SCRATCH/trunc_state1" --iters 4 --resume
+expect_fallback "state short by one byte" trunc_state1 "file is truncated"
 damaged empty_state $state "del d[:]"
-expect_error "empty state" "$state" train "$SCRATCH/empty_state" --iters 4 --resume
+expect_fallback "empty state" empty_state "too small for the 8-byte header length"
+damaged no_prev $state "d[-5] ^= 0x01"; rm -f "$SCRATCH/no_prev/$state.prev"
+expect_error "flipped byte, no previous state" "$state: damaged (content hash mismatch)" train "$SCRATCH/no_prev" --iters 4 --resume
+differs() { ! cmp -s "$1" "$2"; }
+check "the damaged state is left as it was (not overwritten)" differs "$SCRATCH/no_prev/$state" "$SCRATCH/good/$state"
+damaged both_bad $state "d[-5] ^= 0x01"
+python3 -c "import sys; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); del d[-3:]; open(p,'wb').write(d)" "$SCRATCH/both_bad/$state.prev"
+expect_error "both the state and the previous one damaged" "$state.prev: .*file is truncated" train "$SCRATCH/both_bad" --iters 4 --resume
 damaged trunc_adapters adapters.safetensors "del d[-7:]"
 expect_error "truncated adapters (eval)" "adapters.safetensors" evaluate "$SCRATCH/trunc_adapters"
 damaged adapters_header adapters.safetensors "d[8:9] = b'['"
