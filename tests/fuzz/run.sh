@@ -35,7 +35,7 @@ for t in "${targets[@]}"; do
   if [ "$secs" = 0 ]; then args=(-runs=0); else args=(-max_total_time="$secs"); fi
   if "$bin" "${args[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix=build/fuzz/findings/"$t"- "$scratch" >"$log" 2>&1; then
-    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+    execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "fuzz $t: $execs execs in ${secs} s, clean ($(ls "$corpus/$t" | wc -l) seeds)"
   else
     status=1
