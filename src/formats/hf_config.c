@@ -180,6 +180,9 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
             return error_set("%s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not given)",
                              name, c->hidden_size, H);
         c->head_dim = c->hidden_size / H;
+        if (c->head_dim > 65536) /* the range an explicit head_dim is held to */
+            return error_set("%s: hidden_size / num_attention_heads = %d is outside the supported head_dim range [1, 65536]",
+                             name, c->head_dim);
     }
     if (c->head_dim % 2 != 0) return error_set("%s: head_dim %d must be even (RoPE rotates pairs)", name, c->head_dim);
     if ((long long)H * c->head_dim > 1000000)

@@ -34,7 +34,9 @@ for t in "${targets[@]}"; do
   log=build/fuzz/fuzz_$t.log
   scratch=$(mktemp -d)
   cp -r "$corpus/$t"/. "$scratch/"
-  if [ "$secs" = 0 ]; then args=(-runs=0); else args=(-max_total_time="$secs"); fi
+  if [ "$secs" = 0 ]; then args=(-runs=0)
+  elif [ -n "${FUZZ_RUNS:-}" ]; then args=(-runs="$FUZZ_RUNS" -seed=1)   # reproducible (make test)
+  else args=(-max_total_time="$secs"); fi
   if "$bin" "${args[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix=build/fuzz/findings/"$t"- "$scratch" >"$log" 2>&1; then
     execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
