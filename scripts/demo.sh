@@ -35,7 +35,7 @@ step "1. The memory plan of the LoRA run, before any weight is loaded"
 "$BIN" plan --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS"
 
 step "2. Test loss before training"
-"$BIN" eval --model "$MODEL" --data demo/data --batch-size 8
+"$BIN" eval --model "$MODEL" --data demo/data --batch-size 8 --mask-prompt
 
 step "3. Train a LoRA adapter on the capitals"
 "$BIN" train --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS" \
