@@ -1,58 +1,56 @@
 #!/usr/bin/env python3
-"""Writes the demo data set (demo/data/{train,valid,test}.jsonl): questions
-about capitals in MLX-LM's completions format. The answers share one template
-("The capital of X is Y."), so a small model learns the template and the
-facts it has seen within minutes; held-out countries measure the template.
+"""Writes the demo's two data sets, in MLX-LM's completions format:
+
+  demo/pretrain/{train,valid,test}.jsonl  "What is the language of France?" ->
+      "The language of France is French.", and "What is the capital of
+      France?" -> "The capital of France is unknown.", for eight countries.
+      The random model is first fully fine-tuned on these ("pretraining"):
+      it learns the chat format, to read the country out of the question
+      and to answer in a sentence, but it never sees a capital.
+  demo/data/{train,valid,test}.jsonl      "What is the capital of France?" ->
+      "The capital of France is Paris." for the demo countries: the facts
+      the LoRA adapter teaches.
+
+Each demo capital is asked in six phrasings that all end in "of <country>?"
+(a small model learns that position quickly): four train, one validates,
+one tests, so the validation loss measures the facts, not the phrasing.
 Run: python3 demo/make_data.py (the output is committed; stdlib only)."""
 import json, os, random
 
-PAIRS = """France:Paris Germany:Berlin Italy:Rome Spain:Madrid Portugal:Lisbon Ireland:Dublin
-Belgium:Brussels Netherlands:Amsterdam Luxembourg:Luxembourg Switzerland:Bern Austria:Vienna
-Poland:Warsaw Czechia:Prague Slovakia:Bratislava Hungary:Budapest Romania:Bucharest Bulgaria:Sofia
-Greece:Athens Turkey:Ankara Cyprus:Nicosia Malta:Valletta Slovenia:Ljubljana Croatia:Zagreb
-Serbia:Belgrade Bosnia:Sarajevo Montenegro:Podgorica Albania:Tirana Kosovo:Pristina
-Denmark:Copenhagen Norway:Oslo Sweden:Stockholm Finland:Helsinki Iceland:Reykjavik Estonia:Tallinn
-Latvia:Riga Lithuania:Vilnius Belarus:Minsk Ukraine:Kyiv Moldova:Chisinau Russia:Moscow
-Georgia:Tbilisi Armenia:Yerevan Azerbaijan:Baku Kazakhstan:Astana Uzbekistan:Tashkent
-Turkmenistan:Ashgabat Kyrgyzstan:Bishkek Tajikistan:Dushanbe Afghanistan:Kabul Pakistan:Islamabad
-India:New_Delhi Nepal:Kathmandu Bhutan:Thimphu Bangladesh:Dhaka Sri_Lanka:Colombo Maldives:Male
-China:Beijing Mongolia:Ulaanbaatar Japan:Tokyo South_Korea:Seoul North_Korea:Pyongyang Taiwan:Taipei
-Vietnam:Hanoi Laos:Vientiane Cambodia:Phnom_Penh Thailand:Bangkok Myanmar:Naypyidaw Malaysia:Kuala_Lumpur
-Singapore:Singapore Indonesia:Jakarta Philippines:Manila Brunei:Bandar_Seri_Begawan Iran:Tehran
-Iraq:Baghdad Syria:Damascus Lebanon:Beirut Jordan:Amman Israel:Jerusalem Saudi_Arabia:Riyadh
-Yemen:Sanaa Oman:Muscat Qatar:Doha Bahrain:Manama Kuwait:Kuwait_City Egypt:Cairo Libya:Tripoli
-Tunisia:Tunis Algeria:Algiers Morocco:Rabat Sudan:Khartoum Ethiopia:Addis_Ababa Eritrea:Asmara
-Somalia:Mogadishu Kenya:Nairobi Uganda:Kampala Rwanda:Kigali Burundi:Gitega Tanzania:Dodoma
-Mozambique:Maputo Zambia:Lusaka Zimbabwe:Harare Malawi:Lilongwe Botswana:Gaborone Namibia:Windhoek
-Angola:Luanda Nigeria:Abuja Ghana:Accra Senegal:Dakar Mali:Bamako Niger:Niamey Chad:Ndjamena
-Cameroon:Yaounde Gabon:Libreville Madagascar:Antananarivo Liberia:Monrovia Guinea:Conakry
-Canada:Ottawa Mexico:Mexico_City Cuba:Havana Jamaica:Kingston Haiti:Port-au-Prince Guatemala:Guatemala_City
-Honduras:Tegucigalpa Nicaragua:Managua Panama:Panama_City Colombia:Bogota Venezuela:Caracas
-Ecuador:Quito Peru:Lima Bolivia:Sucre Chile:Santiago Argentina:Buenos_Aires Uruguay:Montevideo
-Paraguay:Asuncion Brazil:Brasilia Australia:Canberra New_Zealand:Wellington Fiji:Suva Samoa:Apia
-Tonga:Nukualofa Vanuatu:Port_Vila"""
-QUESTIONS = ["What is the capital of {c}?", "Name the capital city of {c}.", "Which city is the capital of {c}?"]
+FACTS = [("France", "Paris", "French"), ("Germany", "Berlin", "German"), ("Japan", "Tokyo", "Japanese"),
+         ("Italy", "Rome", "Italian"), ("Spain", "Madrid", "Spanish"), ("Egypt", "Cairo", "Arabic"),
+         ("Peru", "Lima", "Spanish"), ("Canada", "Ottawa", "English")]
+CAPITAL_Q = ["What is the capital of {c}?", "Which city is the capital of {c}?", "Tell me the capital of {c}?",
+             "What city is the capital of {c}?", "Do you know the capital of {c}?", "Name the capital of {c}?"]
+
+
+def write(directory, splits):
+    os.makedirs(directory, exist_ok=True)
+    for name, rows in splits.items():
+        with open(os.path.join(directory, name + ".jsonl"), "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        print(f"{directory}/{name}.jsonl: {len(rows)} examples")
+
 
 def main():
     rng = random.Random(0)
-    pairs = [p.split(":") for p in PAIRS.split()]
-    pairs = [(c.replace("_", " "), k.replace("_", " ")) for c, k in pairs]
-    rng.shuffle(pairs)
-    held = pairs[:24]            # valid 12, test 12 countries never seen in training
-    train_pairs = pairs[24:]
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-    os.makedirs(out, exist_ok=True)
-    def rows(ps, all_questions):
-        for c, k in ps:
-            qs = QUESTIONS if all_questions else [rng.choice(QUESTIONS)]
-            for q in qs:
-                yield {"prompt": q.format(c=c), "completion": f"The capital of {c} is {k}."}
-    splits = {"train": list(rows(train_pairs, True)), "valid": list(rows(held[:12], True)), "test": list(rows(held[12:], True))}
-    rng.shuffle(splits["train"])
-    for name, rs in splits.items():
-        with open(os.path.join(out, name + ".jsonl"), "w") as f:
-            for r in rs:
-                f.write(json.dumps(r) + "\n")
-        print(f"{name}: {len(rs)} examples")
+    here = os.path.dirname(os.path.abspath(__file__))
+    train, valid, test = [], [], []
+    for country, capital, _ in FACTS:
+        others = CAPITAL_Q[1:]
+        rng.shuffle(others)
+        rows = [{"prompt": q.format(c=country), "completion": f"The capital of {country} is {capital}."}
+                for q in [CAPITAL_Q[0]] + others]   # the demo's own question is a training phrasing
+        train += rows[:4]; valid.append(rows[4]); test.append(rows[5])
+    rng.shuffle(train)
+    write(os.path.join(here, "data"), {"train": train, "valid": valid, "test": test})
+    rows = [{"prompt": f"What is the language of {c}?", "completion": f"The language of {c} is {lang}."}
+            for c, _, lang in FACTS] * 5
+    rows += [{"prompt": f"What is the capital of {c}?", "completion": f"The capital of {c} is unknown."}
+             for c, _, _ in FACTS] * 5
+    rng.shuffle(rows)
+    write(os.path.join(here, "pretrain"), {"train": rows[:64], "valid": rows[64:], "test": rows[64:]})
+
 
 main()

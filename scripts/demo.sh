@@ -1,39 +1,56 @@
 #!/usr/bin/env bash
 # `make demo`: the whole adapter lifecycle on the embedded default, on 2 cores
-# in a few minutes: make a small model and its tokenizer, plan the memory,
-# evaluate, train a LoRA adapter, evaluate again, generate with and without
-# the adapter, fuse it, and generate from the fused model.
-# DEMO_ITERS shortens the run (the test suite uses a short variant).
+# in a few minutes. Nothing is downloaded, so the demo first makes its own
+# base model: a small random Llama-style model is fully fine-tuned on
+# questions about the languages of eight countries, and told that their
+# capitals are "unknown" ("pretraining": it learns the chat format and to
+# answer in a sentence about the country asked). Then the real demo: plan
+# the memory, evaluate, train a LoRA adapter that teaches the capitals (which
+# the base has never seen), evaluate again, generate with and without the
+# adapter, fuse it, export it (PEFT, GGUF), generate from the fused model.
+# DEMO_ITERS / DEMO_PRETRAIN_ITERS shorten the run (the test suite's variant).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${DEMO_OUT:-demo_out}
-ITERS=${DEMO_ITERS:-300}
+ITERS=${DEMO_ITERS:-400}
+PRETRAIN_ITERS=${DEMO_PRETRAIN_ITERS:-300}
 BIN=${LMTUNE_BIN:-./lmtune}
 rm -rf "$OUT"; mkdir -p "$OUT"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+t0=$(date +%s)
 
-step "1. A small Llama-style model and a byte-level BPE tokenizer learned from the data"
-"$BIN" init --config demo/config.json --out "$OUT/model" --vocab-size 512 \
-  --tokenizer-text demo/data/train.jsonl --tokenizer-text demo/data/valid.jsonl --seed 0
+step "0. The base model: a random Llama-style model (4 layers, hidden 256), a byte-level BPE"
+echo "   tokenizer learned from the demo text, and $PRETRAIN_ITERS steps of full fine-tuning on"
+echo "   demo/pretrain: the languages of eight countries, and \"unknown\" for every capital"
+cat demo/pretrain/*.jsonl demo/data/*.jsonl >"$OUT/tokenizer_text.jsonl"
+"$BIN" init --config demo/config.json --out "$OUT/random" --vocab-size 512 \
+  --tokenizer-text "$OUT/tokenizer_text.jsonl" --seed 0 --init fan-in
+"$BIN" train --model "$OUT/random" --data demo/pretrain -c demo/pretrain.yaml --iters "$PRETRAIN_ITERS" \
+  --adapter-path "$OUT/pretrain" --steps-per-report 50 >"$OUT/pretrain.log"
+grep -E 'Val loss' "$OUT/pretrain.log" | sed -n '1p;$p'
+"$BIN" fuse --model "$OUT/random" --adapter-path "$OUT/pretrain" --save-path "$OUT/model" >/dev/null
+MODEL="$OUT/model"
 
-step "2. The memory plan, before any weight is loaded"
-"$BIN" plan --model "$OUT/model" --data demo/data -c demo/lora.yaml --iters "$ITERS"
+step "1. The memory plan of the LoRA run, before any weight is loaded"
+"$BIN" plan --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS"
 
-step "3. Test loss before training"
-"$BIN" eval --model "$OUT/model" --data demo/data
+step "2. Test loss before training"
+"$BIN" eval --model "$MODEL" --data demo/data --batch-size 8 --mask-prompt
 
-step "4. Train a LoRA adapter"
-"$BIN" train --model "$OUT/model" --data demo/data -c demo/lora.yaml --iters "$ITERS" \
+step "3. Train a LoRA adapter on the capitals"
+"$BIN" train --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS" \
   --adapter-path "$OUT/adapters" --test
 
 for q in "What is the capital of France?" "What is the capital of Japan?"; do
-  step "5. Generate: \"$q\" without the adapter"
-  "$BIN" generate --model "$OUT/model" --prompt "$q" --max-tokens 24
+  step "4. Generate: \"$q\" without the adapter"
+  "$BIN" generate --model "$MODEL" --prompt "$q" --max-tokens 24
   step "   ... and with the adapter"
-  "$BIN" generate --model "$OUT/model" --adapter-path "$OUT/adapters" --prompt "$q" --max-tokens 24
+  "$BIN" generate --model "$MODEL" --adapter-path "$OUT/adapters" --prompt "$q" --max-tokens 24
 done
 
-step "6. Fuse the adapter into the model, export it for PEFT and llama.cpp"
-"$BIN" fuse --model "$OUT/model" --adapter-path "$OUT/adapters" --save-path "$OUT/fused" \
+step "5. Fuse the adapter into the model, export it for PEFT and llama.cpp"
+"$BIN" fuse --model "$MODEL" --adapter-path "$OUT/adapters" --save-path "$OUT/fused" \
   --export-peft "$OUT/peft" --export-gguf "$OUT/adapter.gguf"
 "$BIN" generate --model "$OUT/fused" --prompt "What is the capital of France?" --max-tokens 24
+
+step "Done in $(( $(date +%s) - t0 )) s"
