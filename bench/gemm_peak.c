@@ -2,7 +2,8 @@
  * kernels/matmul (fp32 and bf16 weights), for SmolLM2-135M-like shapes:
  * N=2048 rows, C=576, OC in {576, 192, 1536} and the 49152-row LM head.
  * Forward (out = inp W^T), backward dinp (dout W) and dweight (dout^T inp).
- * Usage: gemm_peak [reps [threads...]]   (default: 5 reps, 1 and 2 threads) */
+ * Usage: gemm_peak [reps [threads...]]   (default: 5 reps, 1 and 2 threads)
+ * GFLOP/s are per CPU-second (per core busy), see now(). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,14 @@
 #include "base/dtype.h"
 #include "kernels/matmul.h"
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+/* CPU seconds of the whole process (all threads): on a shared, loaded
+ * machine the best CPU time is far steadier than wall time. GEMM_PEAK_WALL=1
+ * measures wall time instead. */
+static double now(void) {
+    struct timespec t;
+    clock_gettime(getenv("GEMM_PEAK_WALL") ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
 
 static float *filled(size_t n) {
     float *p = malloc(n * sizeof *p);

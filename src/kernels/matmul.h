@@ -51,6 +51,11 @@ void linear_backward(float *dinp,         /* (N, C) += dout @ weight, or NULL */
 size_t matmul_library_scratch_bytes(void);
 /* Number of oneDNN primitives created so far (flat once warm). */
 long matmul_primitives_created(void);
+/* With LMTUNE_MATMUL_PROFILE set in the environment (read at the first
+ * product), every product's process CPU time is summed per primitive; this
+ * prints the sums (calls, CPU seconds, GFLOP/s) to stderr when print, and
+ * clears them. */
+void matmul_profile_report(bool print);
 /* Destroys every cached primitive and the engine (end of program, tests). */
 void matmul_release_all(void);
 
