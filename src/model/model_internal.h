@@ -72,6 +72,7 @@ typedef struct {
     float *dq_pre, *dk_pre;   /* qwen3 */
     float *dgate, *dup, *dact; /* (N, F) */
     float *dxa;               /* (N, r) */
+    float *dat;               /* (r, max in) LoRA dA^T, see proj_backward */
     float *ylin;              /* DoRA: (N, max out) unscaled output */
     float *attn_ws;           /* attention workspace */
 } Scratch;

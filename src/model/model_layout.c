@@ -231,6 +231,8 @@ static void bind_trainables(Model *m) {
     }
 }
 
+static size_t max_in_out(const Dims *d);
+
 static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora) {
     size_t N = (size_t)d->N;
     sc->dres = sub_f(s, N * d->C); sc->dln = sub_f(s, N * d->C);
@@ -239,6 +241,7 @@ static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora) {
     if (d->qk_norm) { sc->dq_pre = sub_f(s, N * d->QD); sc->dk_pre = sub_f(s, N * d->KVD); }
     sc->dgate = sub_f(s, N * d->F); sc->dup = sub_f(s, N * d->F); sc->dact = sub_f(s, N * d->F);
     if (d->r) sc->dxa = sub_f(s, N * d->r);
+    if (d->r) sc->dat = sub_f(s, (size_t)d->r * max_in_out(d));
     if (dora) sc->ylin = sub_f(s, N * (size_t)imax(imax(d->C, d->F), d->QD));
 }
 
