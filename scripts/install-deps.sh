@@ -7,7 +7,9 @@
 #           (tokenizer / chat-template comparison against the JavaScript references)
 set -euo pipefail
 PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin nodejs"
-if [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ref" ]; then PKGS="$PKGS python3-torch python3-numpy"; fi
+# The PyTorch baseline needs a real BLAS: Debian's torch links libblas.so.3,
+# which is the slow netlib reference until OpenBLAS (OpenMP build) is installed.
+if [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ref" ]; then PKGS="$PKGS python3-torch python3-numpy libopenblas0-openmp"; fi
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -4,6 +4,7 @@
  * weight is loaded. With --memory-limit it says whether the run fits and,
  * when it does not, which lever makes it fit. Exit status 1 when over. */
 #include "base/error.h"
+#include "base/sys.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/run_plan.h"
@@ -38,6 +39,22 @@ int cmd_plan(int argc, char **argv) {
     MemPlan plan; ModelSpec spec;
     if (run_plan_build(&a, &d.in, &plan, &spec) < 0) { rc = 1; fprintf(stderr, "lmtune: error: %s\n", error_message()); goto out; }
     run_plan_print(&a, &spec, &plan, verbose, stdout);
+    {   /* the same run with checkpointing flipped, so both columns are known */
+        TrainArgs v = a;
+        v.grad_checkpoint = !a.grad_checkpoint;
+        MemPlan p2; ModelSpec s2;
+        if (run_plan_build(&v, &d.in, &p2, &s2) == 0) {
+            char b1[32], b2[32], b3[32], b4[32];
+            printf("%s --grad-checkpoint: saved activations %s, checkpointed block inputs %s, recompute workspace %s; total %s\n",
+                   v.grad_checkpoint ? "With" : "Without",
+                   format_bytes(b1, sizeof b1, plan_class_bytes(&p2, MEM_ACTIVATIONS)),
+                   format_bytes(b2, sizeof b2, plan_class_bytes(&p2, MEM_CHECKPOINTS)),
+                   format_bytes(b3, sizeof b3, plan_class_bytes(&p2, MEM_RECOMPUTE)),
+                   format_bytes(b4, sizeof b4, plan_total(&p2)));
+            plan_free(&p2);
+        }
+        error_clear();
+    }
     if (run_check_limit(&a, &d.in, &plan) < 0) { rc = 1; fprintf(stderr, "lmtune: error: %s\n", error_message()); }
     else if (a.memory_limit) printf("Fits the --memory-limit.\n");
     plan_free(&plan);

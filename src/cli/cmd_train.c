@@ -18,6 +18,7 @@
 #include "base/sys.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/run_plan.h"
 #include "data/batching.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
@@ -26,8 +27,6 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sources.h"
-#include "train/train_plan.h"
-#include "train/trainable_shapes.h"
 #include "train/trainer.h"
 
 /* Parameter count of the whole model (MLX-LM's total includes the adapters). */
@@ -117,25 +116,14 @@ static int write_adapter_config(const TrainArgs *a, const char *dir) {
     return rc;
 }
 
-static char *read_text_file(const char *path, const char *flag) {
-    char *text;
-    size_t n;
-    if (file_read_all(path, 64u << 20, &text, &n) < 0) { error_prefix("%s", flag); return NULL; }
-    return text;
-}
-
 typedef struct {
     TrainArgs a;
-    ModelConfig cfg;
-    Tokenizer *tok;
-    Dataset train, valid, test;
-    bool have_valid, have_test, have_train;
-    char *chat_template;
+    RunData d;              /* config, tokenizer, data splits (cli/run_plan.h) */
+    bool have_data;
     DataSource src;
     bool have_src;
     Model *model;
     Arena arena;
-    TrainableTensor *shapes;
     Optimizer opt;
     bool have_opt;
 } Run;
@@ -143,14 +131,9 @@ typedef struct {
 static void run_free(Run *r) {
     if (r->have_opt) optimizer_free(&r->opt);
     if (r->model) model_free(r->model);
-    mem_free(r->shapes);
     arena_free(&r->arena);
     if (r->have_src) data_source_free(&r->src);
-    if (r->have_train) dataset_free(&r->train);
-    if (r->have_valid) dataset_free(&r->valid);
-    if (r->have_test) dataset_free(&r->test);
-    if (r->tok) tokenizer_free(r->tok);
-    mem_free(r->chat_template);
+    if (r->have_data) run_data_free(&r->d);
     args_release();
 }
 
@@ -160,64 +143,34 @@ static int run_train(Run *r, int *exit_code) {
 #ifdef _OPENMP
     if (a->threads > 0) omp_set_num_threads(a->threads);
 #endif
-    if (a->batch_size == 0)
-        return error_set("--batch-size auto: the memory planner that chooses it is not in this build yet; give a number");
-    char *cfg_path = path_join(a->model, "config.json");
-    TRY_PTR(cfg_path);
-    int rc = hf_config_load(&r->cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
-    TRY(tokenizer_load(&r->tok, a->model));
-    DatasetOptions dopt;
-    dataset_options_default(&dopt);
-    dopt.mask_prompt = a->mask_prompt;
-    dopt.skip_bad_lines = a->skip_bad_lines;
-    if (a->chat_template) {
-        TRY_PTR(r->chat_template = read_text_file(a->chat_template, "--chat-template"));
-        dopt.chat_template = r->chat_template;
+    /* Config, tokenizer and data: all a plan needs besides the weights' headers. */
+    r->have_data = true;
+    TRY(run_data_load(&r->d, a, world));
+    const ModelConfig *cfg = &r->d.cfg;
+    if (a->batch_size == 0) {
+        /* Every worker chooses the same; only rank 0 says so. */
+        FILE *out = rank == 0 ? stdout : fopen("/dev/null", "w");
+        int rc = out ? run_choose_batch(a, &r->d.in, out) : error_set("cannot open /dev/null");
+        if (out && out != stdout) fclose(out);
+        TRY(rc);
     }
-    bool present;
-    TRY(dataset_load_split(&r->train, a->data, "train", r->tok, &dopt, &present));
-    r->have_train = true;
-    TRY(dataset_load_split(&r->valid, a->data, "valid", r->tok, &dopt, &r->have_valid));
-    if (a->test) { TRY(dataset_load_split(&r->test, a->data, "test", r->tok, &dopt, &present)); r->have_test = true; }
 
-    /* The widest batch any split produces sizes the activations. */
-    int width = batch_max_width(&r->train, a->batch_size, a->max_seq_length);
-    if (r->have_valid) { int w = batch_max_width(&r->valid, a->batch_size, a->max_seq_length); if (w > width) width = w; }
-    if (r->have_test) { int w = batch_max_width(&r->test, a->batch_size, a->max_seq_length); if (w > width) width = w; }
+    /* The plan of every buffer (model walk, optimizer moments, data, library,
+     * baseline); a run over --memory-limit is refused here, before any
+     * weight is loaded. The arena is exactly the plan's arena part, carved
+     * by the same walks. */
+    MemPlan plan;
     ModelSpec spec;
-    TRY(train_args_model_spec(a, &r->cfg, a->batch_size / world, width, &spec));
-
-    /* Plan every buffer: the model's walk and the optimizer moments of the
-     * trainable tensors the spec implies; then one arena carved by the same
-     * walks. */
-    size_t n_shapes = train_trainable_shapes(&r->cfg, &spec, NULL);
-    TrainableTensor *shapes = mem_calloc(n_shapes ? n_shapes : 1, sizeof *shapes);
-    TRY_PTR(shapes);
-    r->shapes = shapes;
-    train_trainable_shapes(&r->cfg, &spec, shapes);
-    MemPlan plan = {0};
-    if (train_plan_layout(&plan, a->model, &r->cfg, &spec, &a->optimizer_config) < 0) {
-        plan_free(&plan);
-        return -1;
-    }
+    if (run_plan_build(a, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
+    if (run_check_limit(a, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
     plan_free(&plan);
-    if (a->memory_limit && total_bytes > a->memory_limit) {
-        char need[32], lim[32];
-        format_bytes(need, sizeof need, total_bytes);
-        format_bytes(lim, sizeof lim, a->memory_limit);
-        return error_set("the run needs %s but --memory-limit is %s; `lmtune plan` with the same flags shows "
-                         "where it goes and what each lever saves", need, lim);
-    }
     TRY(arena_init(&r->arena, arena_bytes));
     TRY(model_load(&r->model, a->model, &spec, &r->arena));
     Rng init_rng;
     rng_seed(&init_rng, a->seed);
     TRY(model_init_trainables(r->model, &init_rng));
     Trainee tr = model_trainee(r->model);
-    TRY(train_trainables_match(shapes, n_shapes, tr.params, tr.n_params));
     if (a->resume_adapter_file) TRY(checkpoint_load_adapters(a->resume_adapter_file, tr.params, tr.n_params));
     Carver ocv = {&r->arena, NULL};
     TRY(optimizer_layout(&r->opt, &a->optimizer_config, tr.params, tr.n_params, &ocv));
@@ -225,7 +178,7 @@ static int run_train(Run *r, int *exit_code) {
     if (r->arena.used != r->arena.capacity)
         fprintf(stderr, "[WARNING] memory plan: %zu arena bytes planned, %zu carved\n", r->arena.capacity, r->arena.used);
 
-    TRY(data_source_init(&r->src, &r->train, r->have_valid ? &r->valid : NULL, r->have_test ? &r->test : NULL,
+    TRY(data_source_init(&r->src, &r->d.train, r->d.have_valid ? &r->d.valid : NULL, r->d.have_test ? &r->d.test : NULL,
                          a->batch_size, a->max_seq_length, rank, world, a->seed));
     r->have_src = true;
     int iters = a->iters;
@@ -233,7 +186,7 @@ static int run_train(Run *r, int *exit_code) {
 
     double trainable = 0;
     for (size_t i = 0; i < tr.n_params; i++) trainable += (double)tr.params[i].numel;
-    double total = base_parameters(&r->cfg) + (spec.type == TUNE_FULL ? 0 : trainable);
+    double total = base_parameters(cfg) + (spec.type == TUNE_FULL ? 0 : trainable);
     if (rank == 0) {
         printf("Trainable parameters: %.3f%% (%.3fM/%.3fM)\n", 100.0 * trainable / total, trainable / 1e6, total / 1e6);
         if (a->epochs > 0) printf("Epochs: %g x %d batches = %d iterations\n", a->epochs, r->src.train.n_batches, iters);
@@ -261,9 +214,9 @@ static int run_train(Run *r, int *exit_code) {
     char fingerprint[512];
     snprintf(fingerprint, sizeof fingerprint,
              "%s L%d C%d F%d H%d KV%d D%d V%d | %s layers %d rank %d keys %x | data %zu B%d A%d world %d seed %llu %s",
-             r->cfg.model_type, r->cfg.num_hidden_layers, r->cfg.hidden_size, r->cfg.intermediate_size,
-             r->cfg.num_attention_heads, r->cfg.num_key_value_heads, r->cfg.head_dim, r->cfg.vocab_size,
-             a->fine_tune_type, spec.num_layers, spec.lora_rank, spec.lora_keys, r->train.n, a->batch_size,
+             cfg->model_type, cfg->num_hidden_layers, cfg->hidden_size, cfg->intermediate_size,
+             cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, cfg->vocab_size,
+             a->fine_tune_type, spec.num_layers, spec.lora_rank, spec.lora_keys, r->d.train.n, a->batch_size,
              a->grad_accumulation_steps, world, (unsigned long long)a->seed, a->loss_normalization);
     tc.fingerprint = fingerprint;
     tc.arena = &r->arena;

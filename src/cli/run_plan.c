@@ -5,6 +5,7 @@
 #include "base/fileio.h"
 #include "base/sys.h"
 #include "data/batching.h"
+#include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include "train/optimizer.h"
 #include <string.h>
@@ -64,14 +65,25 @@ int run_max_width(const TrainArgs *a, const RunInputs *in) {
     return w;
 }
 
-/* oneDNN's own scratchpad and JIT code for the products of this shape: the
- * packing buffers of the largest weight and activation panels it reorders.
- * Measured by bench/memory.py; kept as a separate line so it can be checked. */
-static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s) {
+/* oneDNN's memory: each matrix-product primitive (its JIT-compiled kernels
+ * and descriptors) holds about 0.21 MB (measured: 256 f32 primitives of
+ * training shapes add 53 MB), and the products of one batch width make about
+ * two dozen primitives (forward, backward and LoRA's thin products of the
+ * projections, and the LM head); the cache keeps at most 256. Plus the
+ * scratchpad, which is at most one panel reorder of the widest activation. */
+static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, int distinct_widths) {
     size_t N = (size_t)s->max_rows * (s->max_tokens > 0 ? s->max_tokens : 1);
     size_t widest = (size_t)c->intermediate_size > (size_t)c->hidden_size ? (size_t)c->intermediate_size : (size_t)c->hidden_size;
-    size_t panel = N * widest * 2;                /* one bf16/f32 panel reorder of the widest activation */
-    return (size_t)16 << 20 < panel ? panel : (size_t)16 << 20;
+    size_t primitives = (size_t)(distinct_widths > 0 ? distinct_widths : 1) * 24;
+    if (primitives > 256) primitives = 256;
+    return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
+}
+
+static int distinct_widths(const TrainArgs *a, const RunInputs *in) {
+    int n = batch_distinct_widths(in->train, a->batch_size, a->max_seq_length);
+    if (in->valid) n += batch_distinct_widths(in->valid, a->batch_size, a->max_seq_length);
+    if (in->test && a->test) n += batch_distinct_widths(in->test, a->batch_size, a->max_seq_length);
+    return n;
 }
 
 int run_plan_build(const TrainArgs *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec) {
@@ -80,7 +92,14 @@ int run_plan_build(const TrainArgs *a, const RunInputs *in, MemPlan *plan, Model
     int width = run_max_width(a, in);
     TRY(train_args_model_spec(a, in->cfg, a->batch_size / world > 0 ? a->batch_size / world : 1, width, spec));
     Carver cv = {NULL, plan};
-    TRY(model_layout(in->cfg, spec, &cv));
+    /* Plan for the dtype the matrices really have in the file (config.json's
+     * torch_dtype may say otherwise): read from the safetensors header. */
+    StModel st;
+    TRY(st_model_open(&st, a->model, true));
+    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
+    DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
+    st_model_close(&st);
+    TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
     TRY(model_plan_weights(a->model, in->cfg, spec, plan));
     TrainableTensor *list; size_t n;
     TRY(model_trainable_list(in->cfg, spec, &list, &n));
@@ -94,7 +113,7 @@ int run_plan_build(const TrainArgs *a, const RunInputs *in, MemPlan *plan, Model
     if (in->test && a->test) data += dataset_bytes(in->test);
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
     TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
-    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec), false));
+    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, distinct_widths(a, in)), false));
     if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));

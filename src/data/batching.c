@@ -55,6 +55,29 @@ int batch_max_width(const Dataset *d, int batch_size, int max_seq_length) {
     return padded_width(longest, max_seq_length);
 }
 
+static int by_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int batch_distinct_widths(const Dataset *d, int batch_size, int max_seq_length) {
+    if (d->n == 0 || batch_size < 1) return 0;
+    size_t *len = mem_alloc(d->n * sizeof *len);
+    if (!len) return -1;
+    for (size_t i = 0; i < d->n; i++) len[i] = dataset_len(d, i);
+    qsort(len, d->n, sizeof *len, by_size);
+    int count = 0, last = -1;
+    /* groups of B consecutive sorted examples (the last may be smaller): the
+     * widest row of a group is its last one; widths only grow along the sort */
+    for (size_t g = 0; g < d->n; g += (size_t)batch_size) {
+        size_t end = g + (size_t)batch_size < d->n ? g + (size_t)batch_size : d->n;
+        int w = padded_width(len[end - 1], max_seq_length);
+        if (w != last) { count++; last = w; }
+    }
+    mem_free(len);
+    return count;
+}
+
 size_t batch_iter_bytes(const Dataset *d, int batch_size, int max_seq_length, int world) {
     size_t rows = (size_t)(batch_size / (world > 0 ? world : 1));
     size_t width = (size_t)batch_max_width(d, batch_size, max_seq_length);

@@ -66,6 +66,9 @@ void batch_truncation_warning(char *buf, size_t size, int max_seq_length, size_t
 double batch_padding_share(const Dataset *d, int batch_size, int max_seq, bool sorted);
 /* Widest padded width any batch of this data set will have (for the plan). */
 int batch_max_width(const Dataset *d, int batch_size, int max_seq_length);
+/* How many different widths the batches of this data set have (each width
+ * is a different set of matrix-product shapes for the planner); -1 on OOM. */
+int batch_distinct_widths(const Dataset *d, int batch_size, int max_seq_length);
 /* Bytes of the batch buffers (for the plan). */
 size_t batch_iter_bytes(const Dataset *d, int batch_size, int max_seq_length, int world);
 #endif

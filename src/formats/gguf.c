@@ -137,6 +137,8 @@ int gguf_read_check(const char *path, GgufInfo *g) {
         if (g->t_offsets[i] % g->alignment) { error_set("%s: tensor %s: offset %llu not aligned to %u", path, g->t_names[i], (unsigned long long)g->t_offsets[i], g->alignment); goto out; }
     }
     g->data_start = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
+    /* No tensors: the file may end right after the infos, without padding. */
+    if (g->n_tensors == 0 && g->data_start > m.size) g->data_start = m.size;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         size_t n = g->t_types[i] == GGML_TYPE_F32 ? 4 : 2, end;
         bool overflow = false;

@@ -111,6 +111,7 @@ static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
     typedef int v16idx __attribute__((vector_size(64)));
     const v16idx lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
     const v16idx hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    (void)lo; (void)hi;
     v16 r[16], t[16];
     #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) r[k] = load16(src + (size_t)k * lds);
@@ -118,8 +119,13 @@ static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
     for (int round = 0; round < 4; round++) {
         #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
+#ifdef __clang__ /* clang spells GCC's __builtin_shuffle with constant indices */
+            t[2 * k] = __builtin_shufflevector(r[k], r[k + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            t[2 * k + 1] = __builtin_shufflevector(r[k], r[k + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+#else
             t[2 * k] = __builtin_shuffle(r[k], r[k + 8], lo);
             t[2 * k + 1] = __builtin_shuffle(r[k], r[k + 8], hi);
+#endif
         }
         memcpy(r, t, sizeof r);
     }

@@ -14,10 +14,11 @@ static inline void store16(float *p, v16 v) { *(v16u *)p = v; }
 static inline v16 splat16(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 /* e^x for 16 lanes: Cody-Waite reduction x = n ln2 + r, Cephes polynomial
- * for e^r, 2^n through the exponent bits. Inputs below -87 give ~0 (the
- * callers zero masked entries themselves). */
+ * for e^r, 2^n through the exponent bits; relative error ~2e-7. Inputs are
+ * clamped to [-87.3, 88] (so -inf gives ~1e-38, not 0: callers zero masked
+ * entries themselves, and +inf gives 1.65e38); NaN stays NaN. */
 static inline v16 exp16(v16 x) {
-    const v16 hi = splat16(88.3762626647949f), lo = splat16(-87.3365447504f);
+    const v16 hi = splat16(88.0f), lo = splat16(-87.3365447504f); /* 2^n stays finite */
     v16i too_hi = x > hi, too_lo = x < lo;
     x = (v16)(((v16i)x & ~too_hi) | ((v16i)hi & too_hi));
     x = (v16)(((v16i)x & ~too_lo) | ((v16i)lo & too_lo));

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -119,15 +120,39 @@ void checkpoint_fingerprint(const char *description, const TrainableTensor *t, s
     snprintf(out, 17, "%016" PRIx64, h);
 }
 
-/* FNV-1a over the float data of the state, in the order the tensors are
- * written: a flipped byte in the data (which the format itself cannot see)
- * is refused on load instead of resuming from damaged moments or weights. */
-static uint64_t fnv_bytes(uint64_t h, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    for (size_t k = 0; k < bytes; k++) { h ^= p[k]; h *= 1099511628211ull; }
+/* FNV-1a 64 over the tensors' names and bytes, in file order: a flipped byte
+ * or a torn write in a state is detected on load. */
+static uint64_t content_hash(const StWriteTensor *w, size_t n, const StFile *f) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(ptr, len) do { const unsigned char *p_ = (const unsigned char *)(ptr); size_t l_ = (len); \
+        for (size_t k_ = 0; k_ < l_; k_++) { h ^= p_[k_]; h *= 1099511628211ull; } } while (0)
+    if (w) {
+        for (size_t i = 0; i < n; i++) {
+            size_t numel = 1;
+            for (int d = 0; d < w[i].ndim; d++) numel *= (size_t)w[i].shape[d];
+            MIX(w[i].name, strlen(w[i].name));
+            MIX(w[i].data, numel * sizeof(float));
+        }
+    } else {
+        /* The reader keeps tensors sorted by name; hash in the writer's
+         * order, which is recorded as the order of data offsets. */
+        size_t *order = mem_calloc(f->n_tensors ? f->n_tensors : 1, sizeof *order);
+        if (!order) return 0;
+        for (size_t i = 0; i < f->n_tensors; i++) order[i] = i;
+        for (size_t i = 1; i < f->n_tensors; i++)
+            for (size_t j = i; j > 0 && f->tensors[order[j - 1]].begin > f->tensors[order[j]].begin; j--) {
+                size_t t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+            }
+        for (size_t i = 0; i < f->n_tensors; i++) {
+            const StTensor *t = &f->tensors[order[i]];
+            MIX(t->name, strlen(t->name));
+            MIX(t->data, t->end - t->begin);
+        }
+        mem_free(order);
+    }
+#undef MIX
     return h;
 }
-#define FNV_START 1469598103934665603ull
 
 #define MAX_META 24
 typedef struct { const char *keys[MAX_META]; char values[MAX_META][96]; const char *vptr[MAX_META]; size_t n; } Meta;
@@ -146,19 +171,16 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
                           const TrainableTensor *t, size_t n, const char *fingerprint) {
     /* Tensors: param/NAME, grad/NAME (only mid-accumulation), opt/NAME/KEY. */
     size_t cap = n * 6 + 1, k = 0;
-    uint64_t sum = FNV_START;
     StWriteTensor *w = mem_calloc(cap, sizeof *w);
     char (*names)[160] = mem_calloc(cap, sizeof *names);
     if (!w || !names) { mem_free(w); mem_free(names); return -1; }
     for (size_t i = 0; i < n; i++) {
         snprintf(names[k], sizeof names[k], "param/%s", t[i].name);
         w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, t[i].value};
-        sum = fnv_bytes(sum, t[i].value, t[i].numel * sizeof(float));
         k++;
         if (s->accum_count > 0) {
             snprintf(names[k], sizeof names[k], "grad/%s", t[i].name);
             w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, t[i].grad};
-            sum = fnv_bytes(sum, t[i].grad, t[i].numel * sizeof(float));
             k++;
         }
         OptStateView v[4];
@@ -166,7 +188,6 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
         for (int j = 0; j < nv; j++) {
             snprintf(names[k], sizeof names[k], "opt/%s/%s", t[i].name, v[j].key);
             w[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {(int64_t)v[j].numel}, v[j].data};
-            sum = fnv_bytes(sum, v[j].data, v[j].numel * sizeof(float));
             k++;
         }
     }
@@ -190,7 +211,19 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
     meta_add(&m, "window_tokens", "%ld", s->window_tokens);
     meta_add(&m, "window_steps", "%d", s->window_steps);
     meta_add(&m, "window_loss_steps", "%d", s->window_loss_steps);
-    meta_add(&m, "checksum", "%016" PRIx64, sum);
+    meta_add(&m, "content_hash", "%016" PRIx64, content_hash(w, k, NULL));
+    /* Keep the previous state as a second name of the same file (a hard
+     * link): the new one replaces `path` atomically, the old one stays
+     * reachable as .prev, and the load falls back to it if the newest is
+     * damaged. A failed write leaves `path` itself unchanged. */
+    char *prev = mem_alloc(strlen(path) + 8);
+    if (!prev) { mem_free(w); mem_free(names); return -1; }
+    sprintf(prev, "%s.prev", path);
+    if (file_exists(path)) {
+        unlink(prev);
+        if (link(path, prev) != 0) unlink(prev);   /* no hard links here: no fallback copy */
+    }
+    mem_free(prev);
     int rc = st_write(path, w, k, m.keys, m.vptr, m.n);
     mem_free(w);
     mem_free(names);
@@ -226,15 +259,17 @@ static int load_tensor(const StFile *f, const char *path, const char *name, floa
     return 0;
 }
 
-int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
-                          TrainableTensor *t, size_t n, const char *fingerprint) {
-    if (!file_exists(path))
-        return error_set("%s: no training state to resume from (run without --resume first, or check --adapter-path)", path);
+static int load_state_file(const char *path, TrainState *s, Optimizer *opt,
+                           TrainableTensor *t, size_t n, const char *fingerprint) {
     StFile f;
     TRY(st_open(&f, path));
     int rc = -1;
     const char *fmt = st_meta(&f, "format"), *fp = st_meta(&f, "fingerprint"), *on = st_meta(&f, "optimizer");
     if (!fmt || strcmp(fmt, "lmtune-training-state")) { error_set("%s: not an lmtune training state", path); goto out; }
+    const char *hash = st_meta(&f, "content_hash");
+    char want[17];
+    snprintf(want, sizeof want, "%016" PRIx64, content_hash(NULL, 0, &f));
+    if (!hash || strcmp(hash, want)) { error_set("%s: damaged (content hash mismatch)", path); goto out; }
     if (!fp || strcmp(fp, fingerprint)) {
         error_set("%s: the saved state belongs to another run (base model, trainable layout or optimizer differ: "
                   "fingerprint %s, this run %s); start without --resume or use another --adapter-path",
@@ -274,17 +309,13 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
         part[16] = 0;
         s->dropout_rng.s[i] = strtoull(part, NULL, 16);
     }
-    const char *saved_sum = st_meta(&f, "checksum");
-    uint64_t sum = FNV_START;
     for (size_t i = 0; i < n; i++) {
         char name[160];
         snprintf(name, sizeof name, "param/%s", t[i].name);
         if (load_tensor(&f, path, name, t[i].value, t[i].numel) < 0) goto out;
-        sum = fnv_bytes(sum, t[i].value, t[i].numel * sizeof(float));
         if (s->accum_count > 0) {
             snprintf(name, sizeof name, "grad/%s", t[i].name);
             if (load_tensor(&f, path, name, t[i].grad, t[i].numel) < 0) goto out;
-            sum = fnv_bytes(sum, t[i].grad, t[i].numel * sizeof(float));
         } else {
             memset(t[i].grad, 0, t[i].numel * sizeof(float));
         }
@@ -293,18 +324,37 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
         for (int j = 0; j < nv; j++) {
             snprintf(name, sizeof name, "opt/%s/%s", t[i].name, v[j].key);
             if (load_tensor(&f, path, name, v[j].data, v[j].numel) < 0) goto out;
-            sum = fnv_bytes(sum, v[j].data, v[j].numel * sizeof(float));
         }
-    }
-    char sum_text[17];
-    snprintf(sum_text, sizeof sum_text, "%016" PRIx64, sum);
-    if (!saved_sum || strcmp(saved_sum, sum_text)) {
-        error_set("%s: checksum mismatch (saved %s, data %s): the file is damaged; start without --resume "
-                  "or restore a copy", path, saved_sum ? saved_sum : "none", sum_text);
-        goto out;
     }
     rc = 0;
 out:
     st_close(&f);
+    return rc;
+}
+
+int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
+                          TrainableTensor *t, size_t n, const char *fingerprint) {
+    char *prev = mem_alloc(strlen(path) + 8);
+    TRY_PTR(prev);
+    sprintf(prev, "%s.prev", path);
+    bool have = file_exists(path), have_prev = file_exists(prev);
+    int rc;
+    if (!have && !have_prev) {
+        rc = error_set("%s: no training state to resume from (run without --resume first, or check --adapter-path)", path);
+    } else if (have && load_state_file(path, s, opt, t, n, fingerprint) == 0) {
+        rc = 0;
+    } else if (have_prev && (!have || (!strstr(error_message(), "belongs to another run") &&
+                                       !strstr(error_message(), "out of memory")))) {
+        /* The newest state is missing or damaged (a torn write, a flipped
+         * byte): the previous one resumes as exactly, from an earlier step. */
+        char first[512];
+        if (have) snprintf(first, sizeof first, "%s", error_message());
+        else snprintf(first, sizeof first, "%s is missing", path);
+        rc = load_state_file(prev, s, opt, t, n, fingerprint);
+        if (rc == 0) fprintf(stderr, "[WARNING] %s; resuming from the previous state %s\n", first, prev);
+    } else {
+        rc = -1;
+    }
+    mem_free(prev);
     return rc;
 }

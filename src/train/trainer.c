@@ -71,10 +71,11 @@ int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batch
     return 0;
 }
 
-/* LMTUNE_INJECT_NAN_AT_STEP="3" or "3,7" or "3-9": those iterations report
- * a NaN loss and gradient (test hook for the non-finite guard). */
-static bool inject_nan_at(int it) {
-    const char *spec = getenv("LMTUNE_INJECT_NAN_AT_STEP");
+/* Test hooks for the non-finite guard: LMTUNE_INJECT_NAN_AT_STEP="3" (or
+ * "3,7" or "3-9"): those iterations report a NaN loss and gradient;
+ * LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss but an infinite gradient. */
+static bool inject_at(const char *var, int it) {
+    const char *spec = getenv(var);
     if (!spec) return false;
     const char *p = spec;
     while (*p) {
@@ -237,10 +238,11 @@ static int run_loop(Loop *L, TrainResult *res) {
         TRY(tr->forward_backward(tr->self, b, scale, &st->dropout_rng, &loss, &ntok));
         if (cfg->loss_tokens && ntok != b->n_loss_tokens)
             return error_set("internal: the batch counts %ld loss tokens but the model counted %ld", b->n_loss_tokens, ntok);
-        if (inject_nan_at(it)) {
+        if (inject_at("LMTUNE_INJECT_NAN_AT_STEP", it)) {
             loss = NAN;
             if (tr->n_params) tr->params[0].grad[0] = NAN;
         }
+        if (inject_at("LMTUNE_INJECT_INF_GRAD_AT_STEP", it) && tr->n_params) tr->params[0].grad[0] = INFINITY;
         if (isfinite(loss)) { st->window_loss += loss; st->window_loss_steps++; }
         else st->accum_bad = true;
         st->window_tokens += ntok;

@@ -13,6 +13,7 @@
 #include "base/dtype.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/vec.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -50,6 +51,23 @@ static double fd_check(const char *name, float *param, size_t n, const float *gr
 }
 
 static double max2(double a, double b) { return a > b ? a : b; }
+
+/* ---------------- vectorised exp (kernels/vec.h) ---------------- */
+static void test_exp16(void) {
+    double worst = 0;
+    for (int i = 0; i < 4000; i++) {
+        v16 x;
+        for (int t = 0; t < 16; t++) x[t] = -87.0f + 175.0f * (float)(i * 16 + t) / 64000.0f;
+        v16 y = exp16(x);
+        for (int t = 0; t < 16; t++) worst = max2(worst, fabs(y[t] - exp((double)x[t])) / exp((double)x[t]));
+    }
+    CHECK_MSG(worst < 1e-6, "exp16 rel err %.3g", worst);
+    v16 special = splat16(0.0f);
+    special[0] = NAN; special[1] = -INFINITY; special[2] = INFINITY; special[3] = -1000.0f;
+    v16 y = exp16(special);
+    CHECK(isnan(y[0]) && y[1] >= 0 && y[1] < 1e-37 && isfinite(y[2]) && y[2] > 1e38 && y[3] < 1e-37 && y[4] == 1.0f);
+    printf("worst exp16 rel err %.3g\n", worst);
+}
 
 /* ---------------- embedding ---------------- */
 typedef struct { float *out, *table, *probe; int *tokens; int N, C; } EmbCtx;
@@ -340,6 +358,7 @@ static void test_linear(void) {
 int main(void) {
     static uint16_t scratch[1 << 16];
     matmul_set_scratch(scratch, sizeof scratch);
+    test_exp16();
     test_embedding();
     test_rmsnorm();
     test_rope();

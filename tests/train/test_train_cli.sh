@@ -99,6 +99,26 @@ run --iters 10 --adapter-path "$T/sig" --resume > /dev/null 2>&1
 rc=$?
 ok '[ $rc -eq 0 ] && cmp -s "$T/straight/adapters.safetensors" "$T/sig/adapters.safetensors"' "SIGTERM + --resume: identical adapter bytes"
 
+# A flipped byte in the newest state: detected, the previous state resumes, same bytes in the end.
+run --iters 7 --adapter-path "$T/flip" > /dev/null 2>&1
+/usr/bin/python3 -c "
+import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[-7] ^= 0x40; open(p, 'wb').write(b)" "$T/flip/training_state.safetensors"
+run --iters 10 --adapter-path "$T/flip" --resume > "$T/flip.log" 2>&1
+rc=$?
+ok '[ $rc -eq 0 ] && grep -q "damaged (content hash mismatch); resuming from the previous state" "$T/flip.log" && grep -q "at iteration 4 " "$T/flip.log"' "damaged state falls back to the previous one"
+ok 'cmp -s "$T/straight/adapters.safetensors" "$T/flip/adapters.safetensors"' "after the fallback: identical adapter bytes"
+
+# With 2 threads: straight and --iters 5 + --resume give the same bytes.
+run --iters 10 --threads 2 --adapter-path "$T/t2a" > /dev/null 2>&1
+run --iters 5 --threads 2 --adapter-path "$T/t2b" > /dev/null 2>&1
+run --iters 10 --threads 2 --adapter-path "$T/t2b" --resume > /dev/null 2>&1
+ok 'cmp -s "$T/t2a/adapters.safetensors" "$T/t2b/adapters.safetensors"' "2 threads: --resume identical adapter bytes"
+
+# An output directory that cannot be created: one error before any training.
+run --iters 2 --adapter-path /dev/null/adapters > "$T/ro.log" 2>&1
+rc=$?
+ok '[ $rc -eq 1 ] && grep -q "^lmtune: error: .*/dev/null" "$T/ro.log" && ! grep -q "^Iter" "$T/ro.log"' "unwritable --adapter-path"
+
 # A state from another configuration is refused.
 run --iters 10 --adapter-path "$T/sig" --resume --grad-accumulation-steps 1 > "$T/other.log" 2>&1
 rc=$?

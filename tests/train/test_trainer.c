@@ -431,6 +431,17 @@ static void test_nonfinite_guard(void) {
     bool finite = true;
     for (int i = 0; i < V * R; i++) finite &= isfinite(t.E[i]) && isfinite(t.U[i]);
     CHECK(finite);
+    /* An infinite gradient with a finite loss. */
+    unsetenv("LMTUNE_INJECT_NAN_AT_STEP");
+    setenv("LMTUNE_INJECT_INF_GRAD_AT_STEP", "5", 1);
+    CHECK(run_toy(&c, 0, OPT_ADAM, &t, &d, 0, &res) == 0);
+    unsetenv("LMTUNE_INJECT_INF_GRAD_AT_STEP");
+    fflush(out);
+    CHECK(res.skipped_updates == 1 && res.updates == 11);
+    CHECK(strstr(log, "Iter 5: non-finite gradient, update skipped (1 in a row, 1 in total)") != NULL);
+    finite = true;
+    for (int i = 0; i < V * R; i++) finite &= isfinite(t.E[i]) && isfinite(t.U[i]);
+    CHECK(finite);
     setenv("LMTUNE_INJECT_NAN_AT_STEP", "3-20", 1);
     CHECK(run_toy(&c, 0, OPT_ADAM, &t, &d, 0, &res) < 0);
     CHECK_ERROR_CONTAINS("training stopped at iteration 7: 5 updates in a row had a non-finite loss or gradient");
@@ -455,6 +466,23 @@ static void test_clipping(void) {
     for (int i = 0; i < V * R; i++) moved += (double)(t.E[i] - t0.E[i]) * (t.E[i] - t0.E[i]) + (double)(t.U[i] - t0.U[i]) * (t.U[i] - t0.U[i]);
     for (int i = 0; i < V; i++) moved += (double)(t.b[i] - t0.b[i]) * (t.b[i] - t0.b[i]);
     CHECK_NEAR(sqrt(moved), 0.01, 1e-5);
+    fclose(devnull);
+}
+
+/* Learning rate 0: the weights do not move, whatever the optimizer. */
+static void test_lr_zero(void) {
+    FILE *devnull = fopen("/dev/null", "w");
+    const OptimizerKind kinds[] = {OPT_ADAM, OPT_ADAMW, OPT_SGD};
+    for (int k = 0; k < 3; k++) {
+        TrainConfig c = base_cfg(devnull);
+        schedule_init(&c.schedule, NULL, 0.0);
+        Toy t, t0;
+        Data d;
+        TrainResult res;
+        toy_init(&t0, 0);
+        CHECK(run_toy(&c, 0, kinds[k], &t, &d, 0, &res) == 0 && res.updates == 12);
+        CHECK(!memcmp(t.E, t0.E, sizeof t.E) && !memcmp(t.U, t0.U, sizeof t.U) && !memcmp(t.b, t0.b, sizeof t.b));
+    }
     fclose(devnull);
 }
 
@@ -579,6 +607,26 @@ static void test_faults(void) {
         CHECK(checkpoint_load_state(sp, &ok, &o, t.params, 3, "fp") == 0 && ok.iteration == 3);
     }
     CHECK(failures > 0);
+    /* A flipped byte in the newest state: detected, the previous one is used. */
+    {
+        TrainState s4 = st;
+        s4.iteration = 4;
+        CHECK(checkpoint_save_state(sp, &st, &o, t.params, 3, "fp") == 0);
+        CHECK(checkpoint_save_state(sp, &s4, &o, t.params, 3, "fp") == 0);
+        FILE *fp = fopen(sp, "r+b");
+        fseek(fp, -5, SEEK_END);
+        int ch = fgetc(fp);
+        fseek(fp, -5, SEEK_END);
+        fputc(ch ^ 0x10, fp);
+        fclose(fp);
+        TrainState back;
+        CHECK(checkpoint_load_state(sp, &back, &o, t.params, 3, "fp") == 0 && back.iteration == 3);
+        char prev[600];
+        snprintf(prev, sizeof prev, "%s.prev", sp);
+        unlink(prev);
+        CHECK(checkpoint_load_state(sp, &back, &o, t.params, 3, "fp") < 0);
+        CHECK_ERROR_CONTAINS("damaged (content hash mismatch)");
+    }
     /* Damaged state: truncated, and not a state at all. */
     char *data;
     size_t n;
@@ -614,6 +662,7 @@ int main(void) {
     test_resume();
     test_nonfinite_guard();
     test_clipping();
+    test_lr_zero();
     test_learns();
     test_mlx_adapter_file();
     test_failed_save_keeps_previous();
