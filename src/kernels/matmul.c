@@ -331,17 +331,18 @@ void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld
     pthread_mutex_unlock(&mm_lock);
 }
 
-void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                     const float *inp, const void *weight, DType wtype, int N, int C, int OC) {
+/* dinp = dout W + dinp_beta dinp (dinp_beta 0 or 1); dweight, dbias += */
+static void linear_backward_beta(float *dinp, float dinp_beta, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const void *weight, DType wtype, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
-    if (dinp) { /* (N, C) += dout (N, OC) @ W (OC, C) */
+    if (dinp) { /* (N, C) (+)= dout (N, OC) @ W (OC, C) */
         require_weight_type(wtype, "linear_backward");
         pthread_mutex_lock(&mm_lock);
         if (wtype == DTYPE_BF16) {
             const uint16_t *dout16 = mm_bf16_operand(dout, (size_t)N, (size_t)OC, "linear_backward");
-            mm_run_locked(dinp, dout16, dnnl_bf16, 0, weight, dnnl_bf16, 0, NULL, N, C, OC, 1.0f, 1.0f);
+            mm_run_locked(dinp, dout16, dnnl_bf16, 0, weight, dnnl_bf16, 0, NULL, N, C, OC, 1.0f, dinp_beta);
         } else {
-            mm_run_locked(dinp, dout, dnnl_f32, 0, weight, dnnl_f32, 0, NULL, N, C, OC, 1.0f, 1.0f);
+            mm_run_locked(dinp, dout, dnnl_f32, 0, weight, dnnl_f32, 0, NULL, N, C, OC, 1.0f, dinp_beta);
         }
         pthread_mutex_unlock(&mm_lock);
     }
@@ -364,6 +365,16 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
             for (int j = 0; j < width; j++) dbias[o0 + j] += acc[j];
         }
     }
+}
+
+void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const void *weight, DType wtype, int N, int C, int OC) {
+    linear_backward_beta(dinp, 1.0f, dweight, dbias, dout, inp, weight, wtype, N, C, OC);
+}
+
+void linear_backward_set_dinp(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const void *weight, DType wtype, int N, int C, int OC) {
+    linear_backward_beta(dinp, 0.0f, dweight, dbias, dout, inp, weight, wtype, N, C, OC);
 }
 
 void matmul_release_all(void) {

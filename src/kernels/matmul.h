@@ -42,6 +42,12 @@ void linear_backward(float *dinp,         /* (N, C) += dout @ weight, or NULL */
                      const void *weight,  /* (OC, C) */
                      DType wtype,
                      int N, int C, int OC);
+/* linear_backward, except that dinp is overwritten (dout @ weight), not
+ * accumulated into: the first product into a gradient buffer needs no
+ * zeroing pass before it and no read of the buffer (oneDNN's sum post-op).
+ * dweight and dbias are still accumulated (+=). */
+void linear_backward_set_dinp(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const void *weight, DType wtype, int N, int C, int OC);
 /* --- additions beyond the first interface --- */
 
 /* Largest oneDNN scratchpad (bytes) among the primitives created so far.

@@ -70,7 +70,7 @@ void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
 
 /* dx may be NULL when the input gradient is not needed. */
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
-                   float *dx, const float *dout, const float *x, const float *xa, int N) {
+                   float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N) {
     int in, od; proj_shape(&m->d, p, &in, &od);
     bool adapted = bp->adapted >> p & 1u;
     bool dora = adapted && bp->dm[p];
@@ -103,7 +103,8 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
         dy = y;
     }
     float *dbias = p <= PROJ_V ? bp->dbias[p] : NULL;
-    linear_backward(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
+    if (dx_set) linear_backward_set_dinp(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
+    else linear_backward(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
     if (!adapted) return;
     float *dxa = m->sc.dxa;
     gemm_f32(bp->dlb[p], xa, dy, r, od, N, true, false, scale, 1.0f);   /* dB += s xa^T dy */
