@@ -37,7 +37,7 @@ ifeq ($(MPI),1)
   MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
 endif
 
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -MMD -MP $(SANFLAGS) $(MPI_CFLAGS)
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=fast -fopenmp -Wall -Wextra -Isrc -MMD -MP $(SANFLAGS) $(MPI_CFLAGS)
 LDLIBS  := -ldnnl -ljansson -lpcre2-8 -lyaml -lm $(MPI_LIBS)
 LDFLAGS := -fopenmp $(SANFLAGS)
 
@@ -61,7 +61,7 @@ $(DEPS_STAMP): scripts/install-deps.sh
 	@scripts/install-deps.sh
 	@mkdir -p build && touch $@
 
-$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+$(BUILD)/%.o: %.c Makefile | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

@@ -95,7 +95,7 @@ def main():
             cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", "smollm2-135m",
                    "--mode", "lora-qv16", "--weights", "fp32", "--steps", "2"]
             if ckpt: cmd.append("--grad-checkpoint")
-            env = dict(os.environ); env.pop("OPENBLAS_L2_SIZE", None); env["OPENBLAS_CORETYPE"] = "SkylakeX"
+            env = dict(os.environ); env.pop("OPENBLAS_L2_SIZE", None); env.pop("OPENBLAS_CORETYPE", None)
             _, _, _, t = run(cmd, env=env)
             print(f"| {'yes' if ckpt else 'no'} | {m / 1e9:.3f} | {t / 1e9:.3f} | {m / t:.2f}x |", flush=True)
 

@@ -78,7 +78,8 @@ def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
     if ckpt: cmd.append("--grad-checkpoint")
     env = dict(os.environ)
     env.pop("OPENBLAS_L2_SIZE", None)
-    env["OPENBLAS_CORETYPE"] = "SkylakeX"   # Debian's OpenBLAS AVX-512 kernels: PyTorch's best setting here
+    env.pop("OPENBLAS_CORETYPE", None)     # unset: OpenBLAS picks its AVX-512 (Cooperlake) kernels itself,
+                                           # PyTorch's best setting here (the machine's default pins older ones)
     out, _, _, rss = run(cmd, env=env)
     res = json.loads(out.strip().splitlines()[-1])
     return res["tokens_per_s"], rss

@@ -5,8 +5,9 @@
 #           libyaml-dev (-c config.yaml) libopenmpi-dev openmpi-bin (data parallelism)
 #   tests:  python3-torch python3-numpy (reference generator, only to regenerate refs), nodejs npm
 #           (tokenizer / chat-template comparison against the JavaScript references)
+#           clang libomp-dev (the libFuzzer targets: make fuzz, tests/fuzz/test_fuzz_smoke.sh)
 set -euo pipefail
-PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin nodejs"
+PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin nodejs clang libomp-dev"
 # The PyTorch baseline needs a real BLAS: Debian's torch links libblas.so.3,
 # which is the slow netlib reference until OpenBLAS (OpenMP build) is installed.
 if [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ref" ]; then PKGS="$PKGS python3-torch python3-numpy libopenblas0-openmp"; fi

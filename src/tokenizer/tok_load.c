@@ -27,7 +27,12 @@ static json_t *load_json(const char *path, size_t flags) {
     json_error_t err;
     json_t *root = json_loadb(text, size, flags, &err);
     mem_free(text);
-    if (!root) { error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text); return NULL; }
+    if (!root) {
+        /* jansson quotes the input near the error: keep the message one line. */
+        for (char *p = err.text; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+        error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text);
+        return NULL;
+    }
     if (!json_is_object(root)) { json_decref(root); error_set("%s: top level is not a JSON object", path); return NULL; }
     return root;
 }

@@ -50,7 +50,13 @@ static int write_adapter_dir(const RefCase *rc, const char *dir, bool dora) {
         if (!tb) return error_set("%s: %s without lora_b", p, t->name);
         wt[k++] = (StWriteTensor){t->name, DTYPE_F32, 2, {t->shape[0], t->shape[1]}, t->data};
         wt[k++] = (StWriteTensor){tb->name, DTYPE_F32, 2, {tb->shape[0], tb->shape[1]}, tb->data};
-        if (dora) {
+        char mname[128];
+        snprintf(mname, sizeof mname, "%.*s.m", (int)(len - 7), t->name);
+        const StTensor *case_m = st_find(&in, mname);
+        if (case_m) {   /* a DoRA reference case: its own magnitudes */
+            wt[k++] = (StWriteTensor){case_m->name, DTYPE_F32, 1, {case_m->shape[0]}, case_m->data};
+            dora = true;
+        } else if (dora) {
             /* m = the row norms of the merged weight, times 1 +- 0.2, so that
              * the rescaling is not the identity. */
             char wname[128];
@@ -107,7 +113,7 @@ static int greedy_cached(Model *m, const int32_t *prompt, int np, int n, int32_t
 
 /* (1) KV-cache decoding against full recomputation and the reference. */
 static void check_decode(const RefCase *rc) {
-    bool lora = rc->spec.type == TUNE_LORA;
+    bool lora = rc->spec.type == TUNE_LORA || rc->spec.type == TUNE_DORA;
     char adir[700];
     snprintf(adir, sizeof adir, "%s/%s_adapter", tmp, rc->name);
     if (lora) CHECK(write_adapter_dir(rc, adir, false) == 0);

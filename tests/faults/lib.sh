@@ -13,7 +13,7 @@ checks=0; failed=0
 
 ok() { checks=$((checks+1)); }
 bad() { checks=$((checks+1)); failed=$((failed+1)); echo "FAIL: $*"; }
-check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+check() { local what=$1; shift; if "$@" >/dev/null; then ok; else bad "$what"; fi; }
 
 # The outcome of a run that may fail: exit 0, or exit 1 with exactly one
 # "lmtune: error:" line, never a signal or a sanitizer report. $1: label,

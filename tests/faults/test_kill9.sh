@@ -3,7 +3,8 @@
 # the moment (inside a step, inside any of the three saves), the last
 # complete checkpoint loads (lmtune eval --adapter-path), the resume
 # continues from the iteration the training state records, and the resumed
-# adapters are byte-identical to an uninterrupted run of the same length.
+# adapters are byte-identical to an uninterrupted run of the same length
+# (with 1 and with 2 compute threads).
 # Trials: FAULTS_KILL_TRIALS (default 8; 40 with FAULTS_FULL=1).
 source "$(dirname "$0")/lib.sh"
 make_fixture
@@ -12,10 +13,16 @@ state_iteration() { grep -ao '"iteration":"[0-9]*"' "$1/training_state.safetenso
 resumed=0; early=0; identical=0; outcomes=""
 for t in $(seq 1 "$trials"); do
   d=$SCRATCH/k$t; rm -rf "$d"
+  th=$(( (t + 1) % 2 + 1 ))   # alternately 2 and 1 compute threads
   # exec: $! is lmtune itself, not a subshell around it.
   ( exec "$BIN" train --model "$SCRATCH/model" --data "$SCRATCH/data" --num-layers 2 --batch-size 2 --val-batches 1 \
-      --steps-per-eval 1000 --adapter-path "$d" --iters 100000 --save-every 1 --seed 3 >"$SCRATCH/out" 2>&1 ) &
+      --steps-per-eval 1000 --adapter-path "$d" --iters 100000 --save-every 1 --seed 3 --threads $th >"$SCRATCH/out" 2>&1 ) &
   pid=$!
+  # One trial in four from the start (it may die before the first save);
+  # the others once the first save is there (slow sanitizer builds too).
+  if [ $((t % 4)) != 0 ]; then
+    for _ in $(seq 200); do [ -f "$d/training_state.safetensors" ] && break; sleep 0.05; done
+  fi
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   kill -9 $pid; wait $pid 2>/dev/null
   if [ ! -f "$d/training_state.safetensors" ]; then
@@ -24,15 +31,15 @@ for t in $(seq 1 "$trials"); do
   it=$(state_iteration "$d")
   check "trial $t: the state records an iteration" [ -n "$it" ]
   evaluate "$d" >/dev/null 2>"$SCRATCH/err" || bad "trial $t (iteration $it): the adapters do not load: $(tail -1 "$SCRATCH/err")"
-  rc=0; train "$d" --iters $((it + 2)) --save-every 1 --seed 3 --resume >"$SCRATCH/out" 2>"$SCRATCH/err" || rc=$?
+  rc=0; train "$d" --iters $((it + 2)) --save-every 1 --seed 3 --threads $th --resume >"$SCRATCH/out" 2>"$SCRATCH/err" || rc=$?
   check "trial $t: resume from iteration $it: $(tail -1 "$SCRATCH/err")" [ $rc = 0 ]
   check "trial $t: resume starts at iteration $it" grep -q "Resuming from .* at iteration $it " "$SCRATCH/out"
   resumed=$((resumed+1)); outcomes="$outcomes $it"
-  # Every third trial: byte-identical to an uninterrupted run of the same length.
+  # Every third trial (1 and 2 threads): byte-identical to an uninterrupted run of the same length.
   if [ $((t % 3)) = 1 ]; then
-    train "$SCRATCH/straight" --iters $((it + 2)) --save-every 1 --seed 3 >/dev/null 2>&1 || bad "trial $t: straight run"
+    train "$SCRATCH/straight" --iters $((it + 2)) --save-every 1 --seed 3 --threads $th >/dev/null 2>&1 || bad "trial $t: straight run"
     if cmp -s "$SCRATCH/straight/adapters.safetensors" "$d/adapters.safetensors"; then identical=$((identical+1)); ok
-    else bad "trial $t: resumed adapters differ from an uninterrupted run of $((it + 2)) iterations"; fi
+    else bad "trial $t ($th threads): resumed adapters differ from an uninterrupted run of $((it + 2)) iterations"; fi
     rm -rf "$SCRATCH/straight"
   fi
   rm -rf "$d"

@@ -17,7 +17,7 @@ static const char *LLAMA =
     "\"rms_norm_eps\":1e-05,\"hidden_act\":\"silu\"}";
 
 /* With LMTUNE_SEED_CORPUS=DIR, every config text parsed here is also saved
- * there (the fuzzer's seed corpus, tests/formats/fuzz/corpus_hf_config). */
+ * there (the fuzzer's seed corpus, tests/fuzz/corpus/hf_config, tests/fuzz/run.sh --regen). */
 static void corpus_save(const char *text) {
     static int counter = 0;
     const char *dir = getenv("LMTUNE_SEED_CORPUS");

@@ -35,7 +35,7 @@ static void write_raw(const char *path, const void *bytes, size_t n) {
 }
 
 /* With LMTUNE_SEED_CORPUS=DIR, every crafted file is also saved there (the
- * fuzzer's seed corpus, tests/formats/fuzz/corpus_safetensors). */
+ * fuzzer's seed corpus, tests/fuzz/corpus/safetensors, tests/fuzz/run.sh --regen). */
 static void corpus_save(const char *name, const void *bytes, size_t n) {
     const char *dir = getenv("LMTUNE_SEED_CORPUS");
     if (!dir) return;

@@ -14,10 +14,12 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 if [ "${1:-}" = "--regen" ]; then
   # Seeds written by the unit tests (every crafted bad file of the checklist)
   # and by the targets themselves (valid files of each format).
-  make -s build/rel/tests/formats/test_safetensors build/rel/tests/formats/test_hf_config
+  b=$(make -s print-build)
+  make -s "$b/tests/formats/test_safetensors" "$b/tests/formats/test_hf_config"
   rm -rf "$corpus/safetensors" "$corpus/hf_config"; mkdir -p "$corpus/safetensors" "$corpus/hf_config"
-  LMTUNE_SEED_CORPUS=$corpus/safetensors build/rel/tests/formats/test_safetensors >/dev/null
-  LMTUNE_SEED_CORPUS=$corpus/hf_config build/rel/tests/formats/test_hf_config >/dev/null
+  LMTUNE_SEED_CORPUS=$corpus/safetensors "$b/tests/formats/test_safetensors" >/dev/null
+  LMTUNE_SEED_CORPUS=$corpus/hf_config "$b/tests/formats/test_hf_config" >/dev/null
+  # Valid files of each format (found inputs and damaged variants are kept).
   for t in gguf state tokenizer; do mkdir -p "$corpus/$t"; LMTUNE_FUZZ_WRITE_SEED=$corpus/$t "$bins/fuzz_$t"; done
   rm -f "$corpus/tokenizer/tokenizer_config.json"
   exit 0
@@ -35,7 +37,7 @@ for t in "${targets[@]}"; do
   if [ "$secs" = 0 ]; then args=(-runs=0); else args=(-max_total_time="$secs"); fi
   if "$bin" "${args[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix=build/fuzz/findings/"$t"- "$scratch" >"$log" 2>&1; then
-    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+    execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "fuzz $t: $execs execs in ${secs} s, clean ($(ls "$corpus/$t" | wc -l) seeds)"
   else
     status=1
