@@ -2,7 +2,8 @@
  * kernels/matmul (fp32 and bf16 weights), for SmolLM2-135M-like shapes:
  * N=2048 rows, C=576, OC in {576, 192, 1536} and the 49152-row LM head.
  * Forward (out = inp W^T), backward dinp (dout W) and dweight (dout^T inp).
- * Usage: gemm_peak [reps [threads...]]   (default: 5 reps, 1 and 2 threads) */
+ * Usage: gemm_peak [reps [threads...]]   (default: 5 reps, 1 and 2 threads)
+ * GEMM_PEAK_CPU=1: GFLOP/s per CPU-second (per busy core), see now(). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,15 @@
 #include "base/dtype.h"
 #include "kernels/matmul.h"
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+/* Wall time by default (bench/run.py divides wall-clock tokens/s by this
+ * peak). GEMM_PEAK_CPU=1 measures CPU seconds of the whole process instead:
+ * GFLOP/s per busy core, far steadier on a shared, loaded machine, and what
+ * a CPU-time profile of a step (LMTUNE_MATMUL_PROFILE) compares against. */
+static double now(void) {
+    struct timespec t;
+    clock_gettime(getenv("GEMM_PEAK_CPU") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
 
 static float *filled(size_t n) {
     float *p = malloc(n * sizeof *p);

@@ -42,6 +42,12 @@ void linear_backward(float *dinp,         /* (N, C) += dout @ weight, or NULL */
                      const void *weight,  /* (OC, C) */
                      DType wtype,
                      int N, int C, int OC);
+/* linear_backward, except that dinp is overwritten (dout @ weight), not
+ * accumulated into: the first product into a gradient buffer needs no
+ * zeroing pass before it and no read of the buffer (oneDNN's sum post-op).
+ * dweight and dbias are still accumulated (+=). */
+void linear_backward_set_dinp(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const void *weight, DType wtype, int N, int C, int OC);
 /* --- additions beyond the first interface --- */
 
 /* Largest oneDNN scratchpad (bytes) among the primitives created so far.
@@ -51,6 +57,11 @@ void linear_backward(float *dinp,         /* (N, C) += dout @ weight, or NULL */
 size_t matmul_library_scratch_bytes(void);
 /* Number of oneDNN primitives created so far (flat once warm). */
 long matmul_primitives_created(void);
+/* With LMTUNE_MATMUL_PROFILE set in the environment (read at the first
+ * product), every product's process CPU time is summed per primitive; this
+ * prints the sums (calls, CPU seconds, GFLOP/s) to stderr when print, and
+ * clears them. */
+void matmul_profile_report(bool print);
 /* Destroys every cached primitive and the engine (end of program, tests). */
 void matmul_release_all(void);
 

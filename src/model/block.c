@@ -73,18 +73,16 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     }
 
     /* MLP: x_out = x_mid + down(swiglu(gate(ln2), up(ln2))) */
-    zero(sc->dact, NF);
-    proj_backward(m, bp, layer, PROJ_DOWN, sc->dact, sc->dres, a->act, a->xa[PROJ_DOWN], N);
+    /* each gradient buffer's first product overwrites it (dx_set): no zeroing */
+    proj_backward(m, bp, layer, PROJ_DOWN, sc->dact, true, sc->dres, a->act, a->xa[PROJ_DOWN], N);
     zero(sc->dgate, NF); zero(sc->dup, NF);
     swiglu_backward(sc->dgate, sc->dup, sc->dact, a->gate, a->up, NF);
-    zero(sc->dln, (size_t)N * C);
-    proj_backward(m, bp, layer, PROJ_GATE, sc->dln, sc->dgate, a->ln2, a->xa[PROJ_GATE], N);
-    proj_backward(m, bp, layer, PROJ_UP, sc->dln, sc->dup, a->ln2, a->xa[PROJ_UP], N);
+    proj_backward(m, bp, layer, PROJ_GATE, sc->dln, true, sc->dgate, a->ln2, a->xa[PROJ_GATE], N);
+    proj_backward(m, bp, layer, PROJ_UP, sc->dln, false, sc->dup, a->ln2, a->xa[PROJ_UP], N);
     rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, a->rstd2, N, C);
 
     /* attention: x_mid = x_in + o(attn(rope(q), rope(k), v)) */
-    zero(sc->datt, (size_t)N * d->QD);
-    proj_backward(m, bp, layer, PROJ_O, sc->datt, sc->dres, a->att, a->xa[PROJ_O], N);
+    proj_backward(m, bp, layer, PROJ_O, sc->datt, true, sc->dres, a->att, a->xa[PROJ_O], N);
     zero(sc->dq, (size_t)N * d->QD); zero(sc->dk, (size_t)N * d->KVD); zero(sc->dv, (size_t)N * d->KVD);
     attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, a->q, a->k, a->v, a->att, a->lse,
                        sc->attn_ws, B, T, d->H, d->KVH, d->D);
@@ -102,9 +100,8 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
      * input norm is trainable, the q/k/v input products are skipped */
     bool need_dx = layer > d->lo || bp->dln1 != NULL;
     float *dln = need_dx ? sc->dln : NULL;
-    if (need_dx) zero(sc->dln, (size_t)N * C);
-    proj_backward(m, bp, layer, PROJ_Q, dln, dq, a->ln1, a->xa[PROJ_Q], N);
-    proj_backward(m, bp, layer, PROJ_K, dln, dk, a->ln1, a->xa[PROJ_K], N);
-    proj_backward(m, bp, layer, PROJ_V, dln, sc->dv, a->ln1, a->xa[PROJ_V], N);
+    proj_backward(m, bp, layer, PROJ_Q, dln, true, dq, a->ln1, a->xa[PROJ_Q], N);
+    proj_backward(m, bp, layer, PROJ_K, dln, false, dk, a->ln1, a->xa[PROJ_K], N);
+    proj_backward(m, bp, layer, PROJ_V, dln, false, sc->dv, a->ln1, a->xa[PROJ_V], N);
     if (need_dx) rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C);
 }

@@ -72,6 +72,7 @@ typedef struct {
     float *dq_pre, *dk_pre;   /* qwen3 */
     float *dgate, *dup, *dact; /* (N, F) */
     float *dxa;               /* (N, r) */
+    float *dat;               /* (r, max in) LoRA dA^T, see proj_backward */
     float *ylin;              /* DoRA: (N, max out) unscaled output */
     float *attn_ws;           /* attention workspace */
 } Scratch;
@@ -134,8 +135,10 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv);
 /* lora.c: an adapted projection. */
 void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
                   float *out, const float *x, float *xa, int N, bool skip_base);
+/* dx (N, in) += the input gradient, or = it when dx_set (the buffer's first
+ * contribution: no zeroing needed); dx NULL when not needed. */
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
-                   float *dx, const float *dout, const float *x, const float *xa, int N);
+                   float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N);
 void dora_update_norms(Model *m);
 
 /* block.c */

@@ -47,6 +47,7 @@ static void run(const char *dir, DType ft, int B, int T, int steps, bool ckpt, b
         double dt = time_now() - t0;
         if (s > 0) { sum += dt; cpu += cpu_now() - c0; if (dt < best) best = dt; }   /* step 0 warms up (primitive creation) */
         if (s == 0) printf("  warm-up step %.0f ms, loss %.4f\n", dt * 1e3, loss);
+        matmul_profile_report(s == steps); /* LMTUNE_MATMUL_PROFILE: products of the measured steps */
     }
     char b1[32];
     printf("%-5s %s%s B=%d T=%d: fwd+bwd best %.0f ms, mean %.0f ms, CPU %.0f ms/step (%.0f tokens/s), arena %s\n",
