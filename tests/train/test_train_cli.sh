@@ -130,10 +130,12 @@ rc=$?
 ok '[ $rc -eq 1 ] && grep -q "5 updates in a row had a non-finite loss or gradient" "$T/nan.log"' "NaN guard stops after 5 in a row"
 ok 'grep -q "^Iter 1: non-finite loss, update skipped (1 in a row, 1 in total)$" "$T/nan.log"' "NaN skip line"
 
-# --epochs: sugar for the iterations of N passes (40 examples / batch 2 = 20 batches).
+# --epochs: sugar for the iterations of N passes (n examples / batch 2 =
+# ceil(n/2) batches, the remainder included; half an epoch rounds up).
+n_ex=$(grep -c . "$T/data/train.jsonl"); n_b=$(( (n_ex + 1) / 2 )); n_it=$(( (n_b + 1) / 2 ))
 run --epochs 0.5 --adapter-path "$T/epochs" > "$T/epochs.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && grep -q "^Epochs: 0.5 x 20 batches = 10 iterations$" "$T/epochs.log" && grep -q "^Starting training..., iters: 10$" "$T/epochs.log"' "--epochs"
+ok '[ $rc -eq 0 ] && grep -q "^Epochs: 0.5 x $n_b batches = $n_it iterations$" "$T/epochs.log" && grep -q "^Starting training..., iters: $n_it$" "$T/epochs.log"' "--epochs"
 
 # SIGINT: same path, exit 130.
 LMTUNE_TEST_STEP_DELAY_MS=200 "$BIN" train --model "$T/model" --data "$T/data" -c "$T/cfg.yaml" --iters 10 --adapter-path "$T/int" > "$T/int.log" 2>&1 &
