@@ -50,7 +50,9 @@ def config_file(mode):
 
 def gemm_peak(threads):
     exe = os.environ.get("GEMM_PEAK_BIN") or os.path.join(ROOT, "build", "rel", "bench", "gemm_peak")
-    out, _, _, _ = run([exe, "3"], env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    # one thread count per process: oneDNN sizes its thread pool when it creates
+    # a primitive, so a 1-thread table first would cap the 2-thread one
+    out, _, _, _ = run([exe, "3", str(threads)], env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     best = {"f32": 0.0, "bf16": 0.0}
     for line in out.splitlines():
         m = re.match(r"\S+\s+(f32|bf16)\s+([0-9.]+)", line)
