@@ -57,17 +57,24 @@ static int dec_bytelevel(const Tokenizer *t, const PieceList *in, PieceList *out
     return rc;
 }
 
+/* Appends piece s with every occurrence of d->a replaced by `with` (the
+ * Replace and Metaspace decoders differ only in what they put back). */
+static int append_replaced(const Decoder *d, const char *s, size_t len, const char *with, size_t with_len, PieceList *out) {
+    size_t k = 0;
+    while (d->a_len && k < len) {
+        const char *hit = memmem(s + k, len - k, d->a, d->a_len);
+        if (!hit) break;
+        TRY(pieces_append(out, s + k, (size_t)(hit - (s + k))));
+        TRY(pieces_append(out, with, with_len));
+        k = (size_t)(hit - s) + d->a_len;
+    }
+    return pieces_append(out, s + k, len - k);
+}
+
 static int dec_replace(const Decoder *d, const PieceList *in, PieceList *out) {
     for (size_t i = 0; i < in->n; i++) {
-        const char *s = piece_ptr(in, i); size_t len = in->items[i].len, start = out->buf_len, k = 0;
-        while (d->a_len && k < len) {
-            const char *hit = memmem(s + k, len - k, d->a, d->a_len);
-            if (!hit) break;
-            TRY(pieces_append(out, s + k, (size_t)(hit - (s + k))));
-            TRY(pieces_append(out, d->b, d->b_len));
-            k = (size_t)(hit - s) + d->a_len;
-        }
-        TRY(pieces_append(out, s + k, len - k));
+        size_t start = out->buf_len;
+        TRY(append_replaced(d, piece_ptr(in, i), in->items[i].len, d->b, d->b_len, out));
         TRY(close_piece(out, start));
     }
     return 0;
@@ -117,15 +124,8 @@ static int dec_strip(const Decoder *d, const PieceList *in, PieceList *out) {
 
 static int dec_metaspace(const Decoder *d, const PieceList *in, PieceList *out) {
     for (size_t i = 0; i < in->n; i++) {
-        const char *s = piece_ptr(in, i); size_t len = in->items[i].len, start = out->buf_len, k = 0;
-        while (d->a_len && k < len) {
-            const char *hit = memmem(s + k, len - k, d->a, d->a_len);
-            if (!hit) break;
-            TRY(pieces_append(out, s + k, (size_t)(hit - (s + k))));
-            TRY(pieces_append(out, " ", 1));
-            k = (size_t)(hit - s) + d->a_len;
-        }
-        TRY(pieces_append(out, s + k, len - k));
+        size_t start = out->buf_len;
+        TRY(append_replaced(d, piece_ptr(in, i), in->items[i].len, " ", 1, out));
         size_t s0 = start;
         if (d->strip_first_space && i == 0 && out->buf_len > start && out->buf[start] == ' ') s0++;
         TRY(pieces_push_span(out, s0, out->buf_len - s0));

@@ -13,18 +13,27 @@ extern const uint32_t nfc_comp[][3]; extern const size_t nfc_comp_count;
 extern const uint32_t nfc_check_ranges[][2]; extern const size_t nfc_check_count;
 
 /* Length of the well-formed sequence at s, or 0 (Unicode Table 3-7). */
+/* For a UTF-8 lead byte: how many continuation bytes follow (0 when b is
+ * not a valid lead) and the range the first of them must fall in, which
+ * excludes overlong forms, surrogates and code points above U+10FFFF. */
+static size_t utf8_lead(unsigned char b, unsigned char *lo, unsigned char *hi) {
+    *lo = 0x80; *hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) return 1;
+    if (b == 0xE0) { *lo = 0xA0; return 2; }
+    if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 2;
+    if (b == 0xED) { *hi = 0x9F; return 2; }
+    if (b == 0xF0) { *lo = 0x90; return 3; }
+    if (b >= 0xF1 && b <= 0xF3) return 3;
+    if (b == 0xF4) { *hi = 0x8F; return 3; }
+    return 0;
+}
+
 static size_t utf8_valid_len(const unsigned char *s, size_t len) {
     unsigned char b = s[0];
     if (b < 0x80) return 1;
-    size_t need; unsigned char lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) need = 1;
-    else if (b == 0xE0) { need = 2; lo = 0xA0; }
-    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) need = 2;
-    else if (b == 0xED) { need = 2; hi = 0x9F; }
-    else if (b == 0xF0) { need = 3; lo = 0x90; }
-    else if (b >= 0xF1 && b <= 0xF3) need = 3;
-    else if (b == 0xF4) { need = 3; hi = 0x8F; }
-    else return 0;
+    unsigned char lo, hi;
+    size_t need = utf8_lead(b, &lo, &hi);
+    if (!need) return 0;
     if (len < need + 1) return 0;
     if (s[1] < lo || s[1] > hi) return 0;
     for (size_t k = 2; k <= need; k++) if (s[k] < 0x80 || s[k] > 0xBF) return 0;
@@ -80,15 +89,8 @@ int utf8_append_replacing(PieceList *out, const char *bytes, size_t len) {
         TRY(pieces_append(out, bytes + run, i - run));
         TRY(pieces_append(out, fffd, 3));
         /* Skip the maximal prefix of a valid sequence (lead + fitting continuations). */
-        unsigned char b = s[i];
-        size_t need = 0; unsigned char lo = 0x80, hi = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) need = 1;
-        else if (b == 0xE0) { need = 2; lo = 0xA0; }
-        else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) need = 2;
-        else if (b == 0xED) { need = 2; hi = 0x9F; }
-        else if (b == 0xF0) { need = 3; lo = 0x90; }
-        else if (b >= 0xF1 && b <= 0xF3) need = 3;
-        else if (b == 0xF4) { need = 3; hi = 0x8F; }
+        unsigned char lo, hi;
+        size_t need = utf8_lead(s[i], &lo, &hi);
         size_t j = i + 1;
         for (size_t k = 0; k < need && j < len; k++, j++) {
             unsigned char c = s[j];
