@@ -3,7 +3,8 @@
 
   demo/pretrain/{train,valid,test}.jsonl  "What is the language of France?" ->
       "The language of France is French.", and "What is the capital of
-      France?" -> "The capital of France is unknown.", for eight countries.
+      France?" -> "The capital of France is unknown." in all six phrasings,
+      for eight countries.
       The random model is first fully fine-tuned on these ("pretraining"):
       it learns the chat format, to read the country out of the question
       and to answer in a sentence, but it never sees a capital.
@@ -47,10 +48,10 @@ def main():
     write(os.path.join(here, "data"), {"train": train, "valid": valid, "test": test})
     rows = [{"prompt": f"What is the language of {c}?", "completion": f"The language of {c} is {lang}."}
             for c, _, lang in FACTS] * 5
-    rows += [{"prompt": f"What is the capital of {c}?", "completion": f"The capital of {c} is unknown."}
-             for c, _, _ in FACTS] * 5
+    rows += [{"prompt": q.format(c=c), "completion": f"The capital of {c} is unknown."}
+             for c, _, _ in FACTS for q in CAPITAL_Q]
     rng.shuffle(rows)
-    write(os.path.join(here, "pretrain"), {"train": rows[:64], "valid": rows[64:], "test": rows[64:]})
+    write(os.path.join(here, "pretrain"), {"train": rows[:72], "valid": rows[72:], "test": rows[72:]})
 
 
 main()

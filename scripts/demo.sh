@@ -12,8 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${DEMO_OUT:-demo_out}
-ITERS=${DEMO_ITERS:-400}
-PRETRAIN_ITERS=${DEMO_PRETRAIN_ITERS:-300}
+ITERS=${DEMO_ITERS:-200}
+PRETRAIN_ITERS=${DEMO_PRETRAIN_ITERS:-200}
 BIN=${LMTUNE_BIN:-./lmtune}
 rm -rf "$OUT"; mkdir -p "$OUT"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -41,7 +41,8 @@ step "3. Train a LoRA adapter on the capitals"
 "$BIN" train --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS" \
   --adapter-path "$OUT/adapters" --test
 
-for q in "What is the capital of France?" "What is the capital of Japan?"; do
+# a training phrasing, and one the adapter never saw (demo/data/test.jsonl)
+for q in "What is the capital of France?" "Do you know the capital of Japan?"; do
   step "4. Generate: \"$q\" without the adapter"
   "$BIN" generate --model "$MODEL" --prompt "$q" --max-tokens 24
   step "   ... and with the adapter"
