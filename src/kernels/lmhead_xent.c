@@ -23,23 +23,11 @@ size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
 
-/* In place on one row: the first n bf16 of the row's memory become the
- * rounded floats. Writes trail reads (2 bytes per 4 read), and each block is
- * read completely before any of it is written. */
-static void row_to_bf16_in_place(float *row, int n) {
-    uint16_t *dst = (uint16_t *)(void *)row;
-    float tmp[16];
-    uint16_t out[16];
-    for (int j = 0; j < n; j += 16) {
-        int w = n - j < 16 ? n - j : 16;
-        memcpy(tmp, row + j, (size_t)w * sizeof(float));
-        for (int t = 0; t < w; t++) out[t] = f32_to_bf16(tmp[t]);
-        memcpy(dst + j, out, (size_t)w * sizeof(uint16_t));
-    }
-}
-
-/* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax - onehot). */
-static double row_xent(float *z, int V, int target, float scale, int want_grad) {
+/* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax
+ * - onehot), as floats, or (bf16_out) rounded to bf16 in the first half of
+ * the row's memory. The bf16 writes trail the reads: block j's 32 bytes go
+ * to [2j, 2j + 32), which the loop has read already. */
+static double row_xent(float *z, int V, int target, float scale, int want_grad, int bf16_out) {
     v16 mv = splat16(-INFINITY);
     int j = 0;
     float mx = -INFINITY;
@@ -53,11 +41,24 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad) 
     for (; j < V; j++) sum += expf(z[j] - mx);
     double lse = (double)mx + log(sum);
     double loss = lse - (double)z[target];
-    if (want_grad) {
-        v16 l16 = splat16((float)lse), s16 = splat16(scale);
+    if (!want_grad) return loss;
+    v16 l16 = splat16((float)lse), s16 = splat16(scale);
+    if (!bf16_out) {
         for (j = 0; j + 16 <= V; j += 16) store16(z + j, exp16(load16(z + j) - l16) * s16);
         for (; j < V; j++) z[j] = expf(z[j] - (float)lse) * scale;
         z[target] -= scale;
+        return loss;
+    }
+    uint16_t *dst = (uint16_t *)(void *)z;
+    for (j = 0; j + 16 <= V; j += 16) {
+        v16 g = exp16(load16(z + j) - l16) * s16;
+        if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
+        store16_bf16(dst + j, g);
+    }
+    for (; j < V; j++) {
+        float g = expf(z[j] - (float)lse) * scale;
+        if (j == target) g -= scale;
+        dst[j] = f32_to_bf16(g);
     }
     return loss;
 }
@@ -87,8 +88,13 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
         if (wtype == DTYPE_BF16) {
             uint16_t *rows16 = (uint16_t *)(void *)rows;
             #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
-            for (int r = 0; r < n; r++)
-                for (int c = 0; c < C; c++) rows16[(size_t)r * C + c] = f32_to_bf16(inp[(size_t)idx[r] * C + c]);
+            for (int r = 0; r < n; r++) {
+                const float *src = inp + (size_t)idx[r] * C;
+                uint16_t *dst = rows16 + (size_t)r * C;
+                int c = 0;
+                for (; c + 16 <= C; c += 16) store16_bf16(dst + c, load16(src + c));
+                for (; c < C; c++) dst[c] = f32_to_bf16(src[c]);
+            }
             linear_forward_bf16_input(logits, rows16, weight, NULL, n, C, V);
         } else {
             for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
@@ -98,8 +104,7 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < n; r++) {
             float *z = logits + (size_t)r * V;
-            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad);
-            if (want_grad && wtype == DTYPE_BF16) row_to_bf16_in_place(z, V);
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, wtype == DTYPE_BF16);
         }
         for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
             total += (double)row_weight[idx[r]] * chunk_loss[r];

@@ -292,6 +292,10 @@ static uint16_t *mm_bf16_operand(const float *src, size_t rows, size_t cols, con
     return dst;
 }
 
+const uint16_t *matmul_bf16_input(const float *src, size_t rows, size_t cols) {
+    return mm_bf16_operand(src, rows, cols, "matmul_bf16_input");
+}
+
 static void require_weight_type(DType wtype, const char *who) {
     if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
         die("matmul.c: %s: weight dtype %s not supported (F32 or BF16)", who, dtype_name(wtype));

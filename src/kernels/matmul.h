@@ -67,6 +67,11 @@ void matmul_release_all(void);
 
 /* Rounds n floats to bf16 (nearest even); OpenMP-parallel for large n. */
 void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* Rounds src (rows, cols) to bf16 into the conversion scratch set by
+ * matmul_set_scratch and returns it: one conversion for several products
+ * that read the same input (linear_forward_bf16_input leaves it intact;
+ * linear_forward and linear_backward with BF16 weights overwrite it). */
+const uint16_t *matmul_bf16_input(const float *src, size_t rows, size_t cols);
 /* linear_forward for a BF16 weight whose input is already bf16 (N, C):
  * uses no matmul scratch. */
 void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weight_bf16,

@@ -8,6 +8,9 @@
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4))); /* unaligned access */
 typedef int v16i __attribute__((vector_size(64)));
+typedef unsigned v16w __attribute__((vector_size(64)));
+typedef unsigned short v16h __attribute__((vector_size(32)));
+typedef unsigned short v16hu __attribute__((vector_size(32), aligned(2)));
 
 static inline v16 load16(const float *p) { return *(const v16u *)p; }
 static inline void store16(float *p, v16 v) { *(v16u *)p = v; }
@@ -34,6 +37,16 @@ static inline v16 exp16(v16 x) {
     p = p * r * r + r + splat16(1.0f);
     v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
     return p * (v16)e;
+}
+
+/* 16 floats rounded to bf16 exactly as f32_to_bf16 (dtype.h) does: nearest
+ * even, NaN stays a quiet NaN, subnormals rounded, not flushed. */
+static inline void store16_bf16(unsigned short *dst, v16 x) {
+    v16w u = (v16w)x;
+    v16w rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    v16w nan = (v16w)((u & 0x7fffffffu) > 0x7f800000u);
+    v16w quiet = (u >> 16) | 0x40u;
+    *(v16hu *)dst = __builtin_convertvector((rounded & ~nan) | (quiet & nan), v16h);
 }
 
 #endif

@@ -5,6 +5,7 @@
  * d(block input), accumulating parameter gradients on the way. */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
+#include "base/profile.h"
 #include <string.h>
 
 static void add_inplace(float *y, const float *x, size_t n) {
@@ -20,31 +21,33 @@ void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B,
     const BlockParams *bp = &m->blocks[layer];
     int N = B * T, C = d->C;
     float eps = m->cfg.rms_norm_eps;
-    rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C);
+    PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C));
+    const uint16_t *ln1_16 = proj_shared_input(bp, PROJ_Q, PROJ_V, a->ln1, N, C);
     float *q = d->qk_norm ? a->q_pre : a->q, *k = d->qk_norm ? a->k_pre : a->k;
-    proj_forward(m, bp, layer, PROJ_Q, q, a->ln1, a->xa[PROJ_Q], N, false);
-    proj_forward(m, bp, layer, PROJ_K, k, a->ln1, a->xa[PROJ_K], N, false);
-    proj_forward(m, bp, layer, PROJ_V, a->v, a->ln1, a->xa[PROJ_V], N, false);
+    proj_forward(m, bp, layer, PROJ_Q, q, a->ln1, ln1_16, a->xa[PROJ_Q], N, false);
+    proj_forward(m, bp, layer, PROJ_K, k, a->ln1, ln1_16, a->xa[PROJ_K], N, false);
+    proj_forward(m, bp, layer, PROJ_V, a->v, a->ln1, ln1_16, a->xa[PROJ_V], N, false);
     if (d->qk_norm) {
-        rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, eps, N * d->H, d->D);
-        rmsnorm_forward(a->k, a->k_rstd, a->k_pre, bp->kn, eps, N * d->KVH, d->D);
+        PROF(PROF_NORM, rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, eps, N * d->H, d->D));
+        PROF(PROF_NORM, rmsnorm_forward(a->k, a->k_rstd, a->k_pre, bp->kn, eps, N * d->KVH, d->D));
     }
-    rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, d->H, d->D);
-    rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, d->KVH, d->D);
-    attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, d->H, d->KVH, d->D);
-    proj_forward(m, bp, layer, PROJ_O, a->x_mid, a->att, a->xa[PROJ_O], N, false);
-    add_inplace(a->x_mid, a->x_in, (size_t)N * C);
-    rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, N, C);
-    proj_forward(m, bp, layer, PROJ_GATE, a->gate, a->ln2, a->xa[PROJ_GATE], N, false);
-    proj_forward(m, bp, layer, PROJ_UP, a->up, a->ln2, a->xa[PROJ_UP], N, false);
-    swiglu_forward(a->act, a->gate, a->up, (size_t)N * d->F);
+    PROF(PROF_ROPE, rope_forward(a->q, m->rope_cos, m->rope_sin, B, T, d->H, d->D));
+    PROF(PROF_ROPE, rope_forward(a->k, m->rope_cos, m->rope_sin, B, T, d->KVH, d->D));
+    PROF(PROF_ATTN_FWD, attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, d->H, d->KVH, d->D));
+    proj_forward(m, bp, layer, PROJ_O, a->x_mid, a->att, NULL, a->xa[PROJ_O], N, false);
+    PROF(PROF_ELEMENT, add_inplace(a->x_mid, a->x_in, (size_t)N * C));
+    PROF(PROF_NORM, rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, N, C));
+    const uint16_t *ln2_16 = proj_shared_input(bp, PROJ_GATE, PROJ_UP, a->ln2, N, C);
+    proj_forward(m, bp, layer, PROJ_GATE, a->gate, a->ln2, ln2_16, a->xa[PROJ_GATE], N, false);
+    proj_forward(m, bp, layer, PROJ_UP, a->up, a->ln2, ln2_16, a->xa[PROJ_UP], N, false);
+    PROF(PROF_SWIGLU, swiglu_forward(a->act, a->gate, a->up, (size_t)N * d->F));
     if (recompute) {
         if (bp->adapted >> PROJ_DOWN & 1u)
-            proj_forward(m, bp, layer, PROJ_DOWN, NULL, a->act, a->xa[PROJ_DOWN], N, true);
+            proj_forward(m, bp, layer, PROJ_DOWN, NULL, a->act, NULL, a->xa[PROJ_DOWN], N, true);
         return;
     }
-    proj_forward(m, bp, layer, PROJ_DOWN, x_out, a->act, a->xa[PROJ_DOWN], N, false);
-    add_inplace(x_out, a->x_mid, (size_t)N * C);
+    proj_forward(m, bp, layer, PROJ_DOWN, x_out, a->act, NULL, a->xa[PROJ_DOWN], N, false);
+    PROF(PROF_ELEMENT, add_inplace(x_out, a->x_mid, (size_t)N * C));
 }
 
 /* Kernels accumulate (+=) into activation gradients, so they start at zero;
@@ -68,34 +71,34 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     float eps = m->cfg.rms_norm_eps;
     if (a->transient) {
         /* rebuilt exactly as the forward computed them (same kernels, same inputs) */
-        rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, N, C);
-        swiglu_forward(a->act, a->gate, a->up, NF);
+        PROF(PROF_NORM, rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, N, C));
+        PROF(PROF_SWIGLU, swiglu_forward(a->act, a->gate, a->up, NF));
     }
 
     /* MLP: x_out = x_mid + down(swiglu(gate(ln2), up(ln2))) */
     /* each gradient buffer's first product overwrites it (dx_set): no zeroing */
     proj_backward(m, bp, layer, PROJ_DOWN, sc->dact, true, sc->dres, a->act, a->xa[PROJ_DOWN], N);
-    zero(sc->dgate, NF); zero(sc->dup, NF);
-    swiglu_backward(sc->dgate, sc->dup, sc->dact, a->gate, a->up, NF);
+    PROF(PROF_ELEMENT, zero(sc->dgate, NF); zero(sc->dup, NF));
+    PROF(PROF_SWIGLU, swiglu_backward(sc->dgate, sc->dup, sc->dact, a->gate, a->up, NF));
     proj_backward(m, bp, layer, PROJ_GATE, sc->dln, true, sc->dgate, a->ln2, a->xa[PROJ_GATE], N);
     proj_backward(m, bp, layer, PROJ_UP, sc->dln, false, sc->dup, a->ln2, a->xa[PROJ_UP], N);
-    rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, a->rstd2, N, C);
+    PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, a->rstd2, N, C));
 
     /* attention: x_mid = x_in + o(attn(rope(q), rope(k), v)) */
     proj_backward(m, bp, layer, PROJ_O, sc->datt, true, sc->dres, a->att, a->xa[PROJ_O], N);
-    zero(sc->dq, (size_t)N * d->QD); zero(sc->dk, (size_t)N * d->KVD); zero(sc->dv, (size_t)N * d->KVD);
-    attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, a->q, a->k, a->v, a->att, a->lse,
-                       sc->attn_ws, B, T, d->H, d->KVH, d->D);
-    rope_backward(sc->dq, m->rope_cos, m->rope_sin, B, T, d->H, d->D);
-    rope_backward(sc->dk, m->rope_cos, m->rope_sin, B, T, d->KVH, d->D);
+    PROF(PROF_ELEMENT, zero(sc->dq, (size_t)N * d->QD); zero(sc->dk, (size_t)N * d->KVD); zero(sc->dv, (size_t)N * d->KVD));
+    PROF(PROF_ATTN_BWD, attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, a->q, a->k, a->v, a->att, a->lse,
+                       sc->attn_ws, B, T, d->H, d->KVH, d->D));
+    PROF(PROF_ROPE, rope_backward(sc->dq, m->rope_cos, m->rope_sin, B, T, d->H, d->D));
+    PROF(PROF_ROPE, rope_backward(sc->dk, m->rope_cos, m->rope_sin, B, T, d->KVH, d->D));
     float *dq = sc->dq, *dk = sc->dk;
     if (d->qk_norm) {
-        zero(sc->dq_pre, (size_t)N * d->QD); zero(sc->dk_pre, (size_t)N * d->KVD);
-        rmsnorm_backward(sc->dq_pre, bp->dqn, sc->dq, a->q_pre, bp->qn, a->q_rstd, N * d->H, d->D);
-        rmsnorm_backward(sc->dk_pre, bp->dkn, sc->dk, a->k_pre, bp->kn, a->k_rstd, N * d->KVH, d->D);
+        PROF(PROF_ELEMENT, zero(sc->dq_pre, (size_t)N * d->QD); zero(sc->dk_pre, (size_t)N * d->KVD));
+        PROF(PROF_NORM, rmsnorm_backward(sc->dq_pre, bp->dqn, sc->dq, a->q_pre, bp->qn, a->q_rstd, N * d->H, d->D));
+        PROF(PROF_NORM, rmsnorm_backward(sc->dk_pre, bp->dkn, sc->dk, a->k_pre, bp->kn, a->k_rstd, N * d->KVH, d->D));
         dq = sc->dq_pre; dk = sc->dk_pre;
     }
-    if (a->transient) rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C);
+    if (a->transient) PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C));
     /* the lowest trainable block's input gradient goes nowhere: unless its
      * input norm is trainable, the q/k/v input products are skipped */
     bool need_dx = layer > d->lo || bp->dln1 != NULL;
@@ -103,5 +106,5 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     proj_backward(m, bp, layer, PROJ_Q, dln, true, dq, a->ln1, a->xa[PROJ_Q], N);
     proj_backward(m, bp, layer, PROJ_K, dln, false, dk, a->ln1, a->xa[PROJ_K], N);
     proj_backward(m, bp, layer, PROJ_V, dln, false, sc->dv, a->ln1, a->xa[PROJ_V], N);
-    if (need_dx) rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C);
+    if (need_dx) PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C));
 }

@@ -53,10 +53,11 @@ static void decode_block(Model *m, int l, const float *x, float *x_out, int rows
     const BlockActs *a = &m->dec;
     float eps = m->cfg.rms_norm_eps;
     rmsnorm_forward(a->ln1, a->rstd1, x, bp->ln1, eps, rows, d->C);
+    const uint16_t *ln1_16 = proj_shared_input(bp, PROJ_Q, PROJ_V, a->ln1, rows, d->C);
     float *q = d->qk_norm ? a->q_pre : a->q, *k = d->qk_norm ? a->k_pre : a->k;
-    proj_forward(m, bp, l, PROJ_Q, q, a->ln1, a->xa[PROJ_Q], rows, false);
-    proj_forward(m, bp, l, PROJ_K, k, a->ln1, a->xa[PROJ_K], rows, false);
-    proj_forward(m, bp, l, PROJ_V, a->v, a->ln1, a->xa[PROJ_V], rows, false);
+    proj_forward(m, bp, l, PROJ_Q, q, a->ln1, ln1_16, a->xa[PROJ_Q], rows, false);
+    proj_forward(m, bp, l, PROJ_K, k, a->ln1, ln1_16, a->xa[PROJ_K], rows, false);
+    proj_forward(m, bp, l, PROJ_V, a->v, a->ln1, ln1_16, a->xa[PROJ_V], rows, false);
     if (d->qk_norm) {
         rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, eps, rows * d->H, d->D);
         rmsnorm_forward(a->k, a->k_rstd, a->k_pre, bp->kn, eps, rows * d->KVH, d->D);
@@ -68,13 +69,14 @@ static void decode_block(Model *m, int l, const float *x, float *x_out, int rows
     memcpy(kc + (size_t)p0 * d->KVD, a->k, (size_t)rows * d->KVD * sizeof(float));
     memcpy(vc + (size_t)p0 * d->KVD, a->v, (size_t)rows * d->KVD * sizeof(float));
     cached_attention(m, a->att, a->q, kc, vc, rows, p0);
-    proj_forward(m, bp, l, PROJ_O, a->x_mid, a->att, a->xa[PROJ_O], rows, false);
+    proj_forward(m, bp, l, PROJ_O, a->x_mid, a->att, NULL, a->xa[PROJ_O], rows, false);
     add_inplace(a->x_mid, x, (size_t)rows * d->C);
     rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, rows, d->C);
-    proj_forward(m, bp, l, PROJ_GATE, a->gate, a->ln2, a->xa[PROJ_GATE], rows, false);
-    proj_forward(m, bp, l, PROJ_UP, a->up, a->ln2, a->xa[PROJ_UP], rows, false);
+    const uint16_t *ln2_16 = proj_shared_input(bp, PROJ_GATE, PROJ_UP, a->ln2, rows, d->C);
+    proj_forward(m, bp, l, PROJ_GATE, a->gate, a->ln2, ln2_16, a->xa[PROJ_GATE], rows, false);
+    proj_forward(m, bp, l, PROJ_UP, a->up, a->ln2, ln2_16, a->xa[PROJ_UP], rows, false);
     swiglu_forward(a->act, a->gate, a->up, (size_t)rows * d->F);
-    proj_forward(m, bp, l, PROJ_DOWN, x_out, a->act, a->xa[PROJ_DOWN], rows, false);
+    proj_forward(m, bp, l, PROJ_DOWN, x_out, a->act, NULL, a->xa[PROJ_DOWN], rows, false);
     add_inplace(x_out, a->x_mid, (size_t)rows * d->C);
 }
 

@@ -8,6 +8,7 @@
  *   ||w_o + s (AB)[:,o]||^2 = ||w_o||^2 + 2 s ((W A) B)[o,o] + s^2 B[:,o]^T (A^T A) B[:,o]. */
 #include "model/model_internal.h"
 #include "kernels/matmul.h"
+#include "base/profile.h"
 #include <math.h>
 #include <string.h>
 
@@ -41,14 +42,43 @@ static void apply_dropout(const Model *m, int layer, int p, float *dst, const fl
 
 static const float *proj_bias(const BlockParams *bp, int p) { return p <= PROJ_V ? bp->bias[p] : NULL; }
 
+static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
+                         float *out, const float *x, float *xa, int N, bool skip_base);
+
+const uint16_t *proj_shared_input(const BlockParams *bp, int p0, int p1, const float *x, int N, int in) {
+    for (int p = p0; p <= p1; p++)
+        if (bp->wt[p] == DTYPE_BF16) {
+            double t0 = prof_begin();
+            const uint16_t *x16 = matmul_bf16_input(x, (size_t)N, (size_t)in);
+            prof_end(PROF_PROJ, t0);
+            return x16;
+        }
+    return NULL;
+}
+
 void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
-                  float *out, const float *x, float *xa, int N, bool skip_base) {
+                  float *out, const float *x, const uint16_t *x16, float *xa, int N, bool skip_base) {
     int in, od; proj_shape(&m->d, p, &in, &od);
     bool adapted = bp->adapted >> p & 1u;
     bool dora = adapted && bp->dm[p];
-    const float *bias = proj_bias(bp, p);
-    if (!skip_base) linear_forward(out, x, bp->w[p], bp->wt[p], dora ? NULL : bias, N, in, od);
+    const float *bias = dora ? NULL : proj_bias(bp, p);
+    if (!skip_base) {
+        double t0 = prof_begin();
+        if (x16 && bp->wt[p] == DTYPE_BF16) linear_forward_bf16_input(out, x16, bp->w[p], bias, N, in, od);
+        else linear_forward(out, x, bp->w[p], bp->wt[p], bias, N, in, od);
+        prof_end(PROF_PROJ, t0);
+    }
     if (!adapted) return;
+    double t0 = prof_begin();
+    lora_forward(m, bp, layer, p, out, x, xa, N, skip_base);
+    prof_end(PROF_LORA, t0);
+}
+
+static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
+                         float *out, const float *x, float *xa, int N, bool skip_base) {
+    int in, od; proj_shape(&m->d, p, &in, &od);
+    bool dora = bp->dm[p] != NULL;
+    const float *bias = proj_bias(bp, p);
     int r = m->d.r;
     const float *xs = x;
     if (m->d.dropout) {
@@ -69,6 +99,9 @@ void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
 }
 
 /* dx may be NULL when the input gradient is not needed. */
+static void lora_backward(Model *m, const BlockParams *bp, int layer, int p,
+                          float *dx, const float *dy, const float *x, const float *xa, int N);
+
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N) {
     int in, od; proj_shape(&m->d, p, &in, &od);
@@ -77,6 +110,7 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
     int r = m->d.r;
     float scale = m->spec.lora_scale;
     const float *dy = dout;
+    double t0 = prof_begin();   /* DoRA's rescaling counts as LoRA work */
     if (dora) {
         /* rebuild the unscaled output y = W x + s (xA) B, then
          * dm[o] += sum_n dout[n,o] y[n,o] / norm[o], dy = dout * m / norm */
@@ -103,9 +137,22 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
         dy = y;
     }
     float *dbias = p <= PROJ_V ? bp->dbias[p] : NULL;
+    prof_end(PROF_LORA, t0);
+    t0 = prof_begin();
     if (dx_set) linear_backward_set_dinp(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
     else linear_backward(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
+    prof_end(PROF_PROJ, t0);
     if (!adapted) return;
+    t0 = prof_begin();
+    lora_backward(m, bp, layer, p, dx, dy, x, xa, N);
+    prof_end(PROF_LORA, t0);
+}
+
+static void lora_backward(Model *m, const BlockParams *bp, int layer, int p,
+                          float *dx, const float *dy, const float *x, const float *xa, int N) {
+    int in, od; proj_shape(&m->d, p, &in, &od);
+    int r = m->d.r;
+    float scale = m->spec.lora_scale;
     float *dxa = m->sc.dxa;
     gemm_f32(bp->dlb[p], xa, dy, r, od, N, true, false, scale, 1.0f);   /* dB += s xa^T dy */
     gemm_f32(dxa, dy, bp->lb[p], N, r, od, false, true, scale, 0.0f);  /* dxa = s dy B^T */

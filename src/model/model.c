@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "kernels/matmul.h"
 #include "base/error.h"
+#include "base/profile.h"
 #include <string.h>
 
 static int check_batch(const Model *m, const int32_t *tokens, int B, int W, bool shifted) {
@@ -38,7 +39,7 @@ static float *forward_blocks(Model *m, int B, int T) {
     bool train = d->train, ckpt = m->spec.grad_checkpoint;
     BlockActs *ws = (train && !ckpt) ? &m->acts[0] : &m->work;
     float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
-    embedding_forward(x, m->ids, m->embed, m->embed_t, N, d->C);
+    PROF(PROF_ELEMENT, embedding_forward(x, m->ids, m->embed, m->embed_t, N, d->C));
     for (int l = 0; l < d->L; l++) {
         bool tr = train && l >= d->lo;
         BlockActs a = (tr && !ckpt) ? m->acts[l - d->lo] : *ws;
@@ -127,14 +128,18 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     dora_update_norms(m);
 
     float *x = forward_blocks(m, B, T);
-    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, d->C);
+    PROF(PROF_NORM, rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, d->C));
     Scratch *sc = &m->sc;
+    double t0 = prof_begin();
     memset(sc->dres, 0, (size_t)N * d->C * sizeof(float));
     memset(sc->dln, 0, (size_t)N * d->C * sizeof(float));
+    prof_end(PROF_ELEMENT, t0);
+    t0 = prof_begin();
     double sum = lmhead_xent(sc->dln, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
                              m->lmhead_scratch, d->chunk, N, d->C, d->V);
+    prof_end(PROF_LMHEAD, t0);
     *loss = sum / (double)grad_scale;
-    rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C);
+    PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C));
     for (int l = d->L - 1; l >= d->lo; l--) {
         BlockActs a;
         if (m->spec.grad_checkpoint) {

@@ -132,9 +132,14 @@ struct Model {
  * (planning mode, m may be a scratch Model). m->d must be set. */
 int layout_walk(Model *m, const ModelSpec *spec, Carver *cv);
 
-/* lora.c: an adapted projection. */
+/* lora.c: an adapted projection. x16: x already rounded to bf16 (from
+ * proj_shared_input), used by the base product when its weight is BF16; or NULL. */
 void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
-                  float *out, const float *x, float *xa, int N, bool skip_base);
+                  float *out, const float *x, const uint16_t *x16, float *xa, int N, bool skip_base);
+/* Projections p0..p1 (q/k/v, or gate/up) read the same x (N, in): when any
+ * of them has a BF16 weight, x is rounded to bf16 once here (into the matmul
+ * conversion scratch) for all of them; else NULL. */
+const uint16_t *proj_shared_input(const BlockParams *bp, int p0, int p1, const float *x, int N, int in);
 /* dx (N, in) += the input gradient, or = it when dx_set (the buffer's first
  * contribution: no zeroing needed); dx NULL when not needed. */
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,

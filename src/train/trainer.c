@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "base/sys.h"
+#include "base/profile.h"
 #include "dist/dist.h"
 #include "train/checkpoint.h"
 #include "train/report.h"
@@ -131,6 +132,9 @@ typedef struct {
     char fingerprint[17];
     char *adapters_file, *state_file;
     double window_time;     /* seconds of training steps in the report window (not saved) */
+    bool profile;           /* LMTUNE_PROFILE: time the steps by kernel class */
+    int profiled_steps;
+    double profiled_time;   /* wall seconds of the profiled steps */
 } Loop;
 
 /* One update from the accumulated gradients; returns -1 only on errors
@@ -205,6 +209,22 @@ static double reported_lr(const Loop *L) {
     return schedule_lr(&L->cfg->schedule, s > 0 ? s - 1 : 0);
 }
 
+/* LMTUNE_PROFILE: wall seconds per step by kernel class, over every step
+ * of the run but the first; "other" is what no class timed (batch
+ * assembly, token checks, the loop itself). */
+static void report_profile(Loop *L) {
+    double per = 1.0 / L->profiled_steps, step = L->profiled_time * per, timed = 0;
+    report_line(&L->rep, "Profile: wall seconds per training step, mean of %d steps (the first step excluded)",
+                L->profiled_steps);
+    for (int k = 0; k < PROF_COUNT; k++) {
+        double s = profile_seconds[k] * per;
+        timed += s;
+        report_line(&L->rep, "  %-36s %8.4f s %6.1f%%", profile_name((ProfKind)k), s, step > 0 ? 100 * s / step : 0);
+    }
+    report_line(&L->rep, "  %-36s %8.4f s %6.1f%%", "other", step - timed, step > 0 ? 100 * (step - timed) / step : 0);
+    report_line(&L->rep, "  %-36s %8.4f s", "step", step);
+}
+
 static int run_loop(Loop *L, TrainResult *res) {
     Trainee *tr = L->tr;
     BatchSource *src = L->src;
@@ -213,6 +233,7 @@ static int run_loop(Loop *L, TrainResult *res) {
     const int A = cfg->grad_accum;
     int it = (int)st->iteration;
     bool have_valid = true;
+    const int first_it = it + 1;
     res->iterations = it;
     res->updates = L->opt->step;
     while (it < cfg->iters) {
@@ -227,6 +248,8 @@ static int run_loop(Loop *L, TrainResult *res) {
             }
         }
         double t0 = time_now();
+        /* the first step of a run creates oneDNN's primitives and touches the arena */
+        profile_active = L->profile && it > first_it;
         Batch *b;
         int r = src->train_next(src->self, &b);
         TRY(r);
@@ -249,7 +272,9 @@ static int run_loop(Loop *L, TrainResult *res) {
         st->accum_tokens += (double)ntok;
         st->accum_count++;
         if (st->accum_count == A) {
+            double tu = prof_begin();
             TRY(apply_update(L, it));
+            prof_end(PROF_UPDATE, tu);
             st->accum_count = 0;
             st->accum_tokens = 0;
             st->accum_bad = false;
@@ -257,6 +282,7 @@ static int run_loop(Loop *L, TrainResult *res) {
         st->window_steps++;
         st->iteration = (uint64_t)it;
         double dt = time_now() - t0;
+        if (profile_active) { L->profiled_steps++; L->profiled_time += dt; profile_active = false; }
         L->window_time += dt;
         const double window_time = L->window_time;
         if (dist_rank() == 0 && st->window_loss_steps > 0)
@@ -351,11 +377,13 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
         report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", per_worker, cfg->grad_accum,
                     dist_world(), per_worker * cfg->grad_accum * dist_world());
     }
+    L.profile = profile_requested();
     if (run_loop(&L, res) < 0) {
         /* Keep what the run had learned: a failure after updates still
          * leaves the last good adapters on disk from the last save. */
         goto out;
     }
+    if (L.profile && L.profiled_steps > 0 && dist_rank() == 0) report_profile(&L);
     if (cfg->adapter_path && dist_rank() == 0) {
         if (save_all(&L, res->iterations, false) < 0) goto out;
         report_line(&L.rep, "Saved final weights to %s.", L.adapters_file);

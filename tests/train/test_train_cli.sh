@@ -157,5 +157,15 @@ ok '[ $rc -eq 1 ] && grep -q "grad_accumulation_steps must be at least 1" "$T/er
 rc=$?
 ok '[ $rc -eq 0 ] && grep -q "\-\-grad-accumulation-steps N" "$T/help.log" && grep -q "\-\-max-grad-norm X" "$T/help.log"' "--help"
 
+# LMTUNE_PROFILE: the step profile, and the same adapter bytes as without it
+LMTUNE_PROFILE=1 run --iters 10 --adapter-path "$T/profiled" --test > "$T/profiled.log" 2>&1
+rc=$?
+ok '[ $rc -eq 0 ] && cmp -s "$T/straight/adapters.safetensors" "$T/profiled/adapters.safetensors"' "profiled run: same adapters"
+ok 'grep -q "^Profile: wall seconds per training step, mean of 9 steps (the first step excluded)$" "$T/profiled.log"' "profile header"
+ok '[ "$(grep -cE "^  (projections|LoRA branch|attention forward|attention backward|LM head|RMSNorm|RoPE|SwiGLU|residual adds|update|other)" "$T/profiled.log")" -eq 11 ]' "profile: every kernel class"
+# the classes and "other" add up to the step, and every timed class is >= 0
+ok 'awk '"'"'/^Profile:/{p=1;next} p&&/^  step /{step=$(NF-1); p=0; next} p&&/ s +[-0-9.]+%$/{sum+=$(NF-2); if ($(NF-2)<0 && $1!="other") bad=1} END{d=sum-step; if (d<0) d=-d; exit !(step>0 && d<=0.0005*11 && !bad)}'"'"' "$T/profiled.log"' "profile: classes add up to the step"
+ok '! grep -q "^Profile" "$T/straight.log"' "no profile without LMTUNE_PROFILE"
+
 echo "summary train/cli: $checks checks, $fail failed"
 [ $fail -eq 0 ]
