@@ -5,8 +5,13 @@ run, with model FLOPs utilisation against the GEMM peak measured in this run.
 For each configuration: a model made by `lmtune init` (random weights of the
 real shape), a data set of rows longer than the sequence (truncated to it),
 `lmtune train` for warm-up + timed iterations with a report every iteration,
-and bench/torch_train.py on the same shape and step. Tokens/s is the median
-over the timed iterations of tokens per iteration / seconds per iteration.
+and bench/torch_train.py on the same shape and step, alternating with lmtune's
+runs. Tokens/s is the median over the timed iterations (and over --runs) of
+tokens per iteration / seconds per iteration. PyTorch is timed after 3
+warm-up steps: its first steps are 30% slower (the allocator growing to 7 GB),
+so fewer would flatter the ratio. The attention share is from lmtune's own
+step profile (LMTUNE_PROFILE=1: attention forward + backward wall time over
+the step's wall time).
 
 Usage: bench/run.py [--quick] [--runs N] [--only SUBSTR] [--no-torch]
 Writes the table to stdout and to build/bench/results.md."""
@@ -68,15 +73,19 @@ def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, s
            "--save-every", "1000000", "--adapter-path", os.path.join(WORK, "adapters"),
            "--learning-rate", "1e-5", "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
-    out, err, _, rss = run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    # LMTUNE_PROFILE: the step's wall time by kernel class (steps after the first)
+    out, err, _, rss = run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads), LMTUNE_PROFILE="1"))
     rates = [float(m) for m in re.findall(r"Tokens/sec ([0-9.]+)", out)]
     timed = rates[warmup:] or rates
-    return median(timed), rss
+    prof = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^  (\S.*?)\s+(-?[0-9.]+) s", out, re.M)}
+    attn = prof.get("attention forward", 0.0) + prof.get("attention backward", 0.0)
+    share = attn / prof["step"] if prof.get("step") else float("nan")
+    return median(timed), rss, share
 
 def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", shape, "--mode", mode,
            "--weights", "fp32" if dtype == "f32" else "bf16", "--batch", str(batch), "--seq", str(seq),
-           "--steps", str(steps), "--threads", str(threads)]
+           "--steps", str(steps), "--warmup", "3", "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
     env = dict(os.environ)
     env.pop("OPENBLAS_L2_SIZE", None)
@@ -105,6 +114,7 @@ def main():
         ("smollm2-135m", "lora-qv16", "bf16", False, 256, 2),
         ("smollm2-135m", "lora-qv16", "bf16", False, 1024, 2),
         ("smollm2-135m", "lora-qv16", "bf16", False, 2048, 2),
+        ("smollm2-135m", "lora-qv16", "bf16", False, 4096, 2),
         ("smollm2-135m", "lora-qv16", "bf16", True, 4096, 2),
         ("qwen2.5-0.5b", "lora-qv16", "bf16", False, 512, 2),
     ]
@@ -113,22 +123,30 @@ def main():
     configs = [c for c in configs if args.only in " ".join(map(str, c))]
     peaks = {t: gemm_peak(t) for t in sorted({c[5] for c in configs})}
     rows = []
-    hdr = "| model | mode | weights | ckpt | seq | threads | lmtune tok/s | s/step | peak RSS | MFU | PyTorch tok/s | PyTorch RSS | ratio |"
+    hdr = ("| model | mode | weights | ckpt | seq | threads | lmtune tok/s | s/step | peak RSS | MFU | attention share "
+           "| PyTorch tok/s | PyTorch RSS | ratio |")
     print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
     for shape, mode, dtype, ckpt, seq, threads in configs:
         batch = 4
-        tps, rss = [], []
-        for _ in range(args.runs):
-            t, r = lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2, args.steps)
-            tps.append(t); rss.append(r)
+        with_torch = (not args.no_torch and threads == 2 and seq == 512 and mode == "lora-qv16" and not ckpt
+                      and shape == "smollm2-135m")
+        # lmtune and PyTorch runs alternate, so that both see the same
+        # machine (shared and noisy): the ratio is of medians taken side by side
+        tps, rss, shares, ts, trs = [], [], [], [], []
+        for i in range(args.runs):
+            t, r, a = lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2, args.steps)
+            tps.append(t); rss.append(r); shares.append(a)
+            if with_torch:
+                a, b = torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, args.steps)
+                ts.append(a); trs.append(b)
+            print(f"  run {i + 1}: lmtune {t:.0f} tok/s" + (f", PyTorch {a:.0f} tok/s" if with_torch else ""),
+                  file=sys.stderr, flush=True)
         t = median(tps)
         peak = peaks[threads]["bf16" if dtype == "bf16" else "f32"] * 1e9
         mfu = flops_per_token(shape, mode, seq) * t / peak if peak else float("nan")
-        tt, trss = (float("nan"), float("nan"))
-        if not args.no_torch and threads == 2 and seq == 512 and mode == "lora-qv16" and not ckpt and shape == "smollm2-135m":
-            tt, trss = torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2)
+        tt, trss = (median(ts), max(trs)) if ts else (float("nan"), float("nan"))
         row = (f"| {shape} | {mode} | {dtype} | {'yes' if ckpt else 'no'} | {seq} | {threads} | {t:.0f} | "
-               f"{batch * seq / t:.2f} | {max(rss) / 1e9:.2f} GB | {100 * mfu:.0f}% | "
+               f"{batch * seq / t:.2f} | {max(rss) / 1e9:.2f} GB | {100 * mfu:.0f}% | {100 * median(shares):.1f}% | "
                f"{tt:.0f} | {trss / 1e9:.2f} GB | {t / tt:.2f}x |")
         print(row, flush=True)
         rows.append(row)
