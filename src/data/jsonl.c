@@ -8,6 +8,7 @@
 #include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/utf8.h"
 
 #define CHUNK_BYTES (64 * 1024)
 
@@ -113,7 +114,7 @@ int jsonl_next(JsonlReader *r, const char **line, size_t *len) {
         if (r->line_no == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) { s += 3; n -= 3; }
         const char *nul = memchr(s, 0, n);
         if (nul) return error_set("%s:%ld: NUL byte at column %zu", r->path, r->line_no, (size_t)(nul - s) + 1), JSONL_BAD;
-        size_t bad = jsonl_first_invalid_utf8((const unsigned char *)s, n);
+        size_t bad = utf8_first_invalid(s, n);
         if (bad < n) return error_set("%s:%ld: invalid UTF-8 at column %zu", r->path, r->line_no, bad + 1), JSONL_BAD;
         if (is_blank(s, n)) { r->blank_lines++; continue; }
         if (jsonl_nesting_depth(s, n, JSONL_MAX_DEPTH) > JSONL_MAX_DEPTH)
@@ -123,31 +124,6 @@ int jsonl_next(JsonlReader *r, const char **line, size_t *len) {
         *len = n;
         return JSONL_LINE;
     }
-}
-
-size_t jsonl_first_invalid_utf8(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
-        size_t need;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) need = 1;
-        else if (c == 0xE0) { need = 2; lo = 0xA0; }           /* no overlong */
-        else if (c >= 0xE1 && c <= 0xEC) need = 2;
-        else if (c == 0xED) { need = 2; hi = 0x9F; }           /* no surrogates */
-        else if (c >= 0xEE && c <= 0xEF) need = 2;
-        else if (c == 0xF0) { need = 3; lo = 0x90; }           /* no overlong */
-        else if (c >= 0xF1 && c <= 0xF3) need = 3;
-        else if (c == 0xF4) { need = 3; hi = 0x8F; }           /* <= U+10FFFF */
-        else return i;                                          /* 80-C1, F5-FF */
-        if (len - i <= need) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += need + 1;
-    }
-    return len;
 }
 
 int jsonl_nesting_depth(const char *s, size_t len, int limit) {

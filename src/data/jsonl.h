@@ -36,9 +36,6 @@ int jsonl_open(JsonlReader *r, const char *path, size_t max_line);
 int jsonl_next(JsonlReader *r, const char **line, size_t *len);
 void jsonl_close(JsonlReader *r);
 
-/* Checks for strict UTF-8 (no overlong forms, surrogates or > U+10FFFF):
- * returns the byte offset of the first bad sequence, or len if none. */
-size_t jsonl_first_invalid_utf8(const unsigned char *s, size_t len);
 /* Deepest [ / { nesting outside JSON strings, stopping once past `limit`. */
 int jsonl_nesting_depth(const char *s, size_t len, int limit);
 #endif

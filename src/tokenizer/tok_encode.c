@@ -5,6 +5,7 @@
 #include "tokenizer/tok_internal.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/utf8.h"
 #include <string.h>
 
 typedef struct { size_t start, end; int32_t added_id; } Section;
@@ -60,7 +61,7 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool add_
     *ids_out = NULL; *n_out = 0;
     if (len && !text) return error_set("tokenizer: encode: NULL text");
     size_t bad = utf8_first_invalid(text, len);
-    if (bad != (size_t)-1)
+    if (bad < len)
         return error_set("tokenizer: encode: invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad, (unsigned)(unsigned char)text[bad]);
     /* Sections: text gaps and added tokens, in order. */
     Section *secs = NULL; size_t n_secs = 0, cap_secs = 0;

@@ -60,8 +60,6 @@ int pieces_append(PieceList *p, const char *bytes, size_t len);
 static inline const char *piece_ptr(const PieceList *p, size_t i) { return p->buf + p->items[i].off; }
 
 /* ---- UTF-8 and Unicode (tok_unicode.c) ---- */
-/* Byte offset of the first invalid sequence, or (size_t)-1 when valid. */
-size_t utf8_first_invalid(const char *s, size_t len);
 /* Decodes one code point of valid UTF-8 at s (len > 0); returns its length. */
 int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
 int utf8_encode(uint32_t cp, char out[4]);

@@ -7,6 +7,7 @@
 #include "tokenizer/tok_internal.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/utf8.h"
 #include "base/fileio.h"
 #include <jansson.h>
 #include <string.h>
@@ -127,7 +128,7 @@ int tokenizer_write_bytelevel(const char *out_dir, const char *train_text, size_
         return error_set("tokenizer_write_bytelevel: vocab_size %d is outside [%d, %d]", vocab_size, 256 + N_SPECIALS, 1 << 20);
     if (len && !train_text) return error_set("tokenizer_write_bytelevel: NULL text");
     size_t bad = utf8_first_invalid(train_text, len);
-    if (bad != (size_t)-1) return error_set("tokenizer_write_bytelevel: training text: invalid UTF-8 at byte offset %zu", bad);
+    if (bad < len) return error_set("tokenizer_write_bytelevel: training text: invalid UTF-8 at byte offset %zu", bad);
     int rc = -1;
     TokRegex re = { 0 };
     WordCounts wc = { 0 };

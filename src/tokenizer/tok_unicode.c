@@ -1,9 +1,11 @@
-/* tok_unicode.c: UTF-8 validation, decoding with WHATWG replacement, NFC
+/* tok_unicode.c: UTF-8 decoding with WHATWG replacement (validation is
+ * base/utf8.c), NFC
  * normalization (tables in tok_nfc_tables.c), JavaScript's idea of
  * whitespace, and the GPT-2 byte <-> unicode map used by byte-level BPE. */
 #include "tokenizer/tok_internal.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/utf8.h"
 #include <string.h>
 
 extern const uint32_t nfc_ccc[][2]; extern const size_t nfc_ccc_count;
@@ -11,46 +13,6 @@ extern const uint32_t nfc_decomp[][3]; extern const size_t nfc_decomp_count;
 extern const uint32_t nfc_decomp_pool[];
 extern const uint32_t nfc_comp[][3]; extern const size_t nfc_comp_count;
 extern const uint32_t nfc_check_ranges[][2]; extern const size_t nfc_check_count;
-
-/* Length of the well-formed sequence at s, or 0 (Unicode Table 3-7). */
-/* For a UTF-8 lead byte: how many continuation bytes follow (0 when b is
- * not a valid lead) and the range the first of them must fall in, which
- * excludes overlong forms, surrogates and code points above U+10FFFF. */
-static size_t utf8_lead(unsigned char b, unsigned char *lo, unsigned char *hi) {
-    *lo = 0x80; *hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) return 1;
-    if (b == 0xE0) { *lo = 0xA0; return 2; }
-    if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 2;
-    if (b == 0xED) { *hi = 0x9F; return 2; }
-    if (b == 0xF0) { *lo = 0x90; return 3; }
-    if (b >= 0xF1 && b <= 0xF3) return 3;
-    if (b == 0xF4) { *hi = 0x8F; return 3; }
-    return 0;
-}
-
-static size_t utf8_valid_len(const unsigned char *s, size_t len) {
-    unsigned char b = s[0];
-    if (b < 0x80) return 1;
-    unsigned char lo, hi;
-    size_t need = utf8_lead(b, &lo, &hi);
-    if (!need) return 0;
-    if (len < need + 1) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t k = 2; k <= need; k++) if (s[k] < 0x80 || s[k] > 0xBF) return 0;
-    return need + 1;
-}
-
-size_t utf8_first_invalid(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        if (s[i] < 0x80) { i++; continue; }
-        size_t n = utf8_valid_len(s + i, len - i);
-        if (!n) return i;
-        i += n;
-    }
-    return (size_t)-1;
-}
 
 int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp) {
     unsigned char b = s[0];
