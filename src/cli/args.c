@@ -557,6 +557,8 @@ const ArgTable TRAIN_ARGS_TABLE = {
     "  lr_schedule:      {name: cosine_decay | linear_schedule | exponential_decay | step_decay | constant,\n"
     "                     arguments: [peak, ...], warmup: 0, warmup_init: 0.0}\n"
     "  optimizer_config: adam: {betas: [0.9, 0.999], eps: 1e-8, bias_correction: false}\n"
+    "                    (MLX's default: without bias correction the first steps move each weight by ~3x the\n"
+    "                    learning rate; a PyTorch recipe's rate may need bias_correction: true or a lower rate)\n"
     "                    adamw: {the same, weight_decay: 0.01}\n"
     "                    sgd: {momentum: 0.0, weight_decay: 0.0, dampening: 0.0, nesterov: false}\n"
     "                    adafactor: {relative_step: true, scale_parameter: true, warmup_init: false, beta_1: null,\n"
