@@ -3,7 +3,9 @@
 #include "alloc.h"
 #include "error.h"
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,45 @@ int atomic_commit(AtomicFile *f) {
     mem_free(f->final_path); mem_free(f->tmp_path);
     memset(f, 0, sizeof *f);
     return 0;
+}
+
+/* PID of a name "NAME.tmp.PID", or 0. */
+static long stale_tmp_pid(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || t == name) return 0;
+    const char *digits = t + 5;
+    for (;;) { /* the last ".tmp." of the name */
+        const char *next = strstr(digits, ".tmp.");
+        if (!next) break;
+        digits = next + 5;
+    }
+    char *end;
+    long pid = strtol(digits, &end, 10);
+    return *digits && *end == '\0' && pid > 0 ? pid : 0;
+}
+
+long atomic_remove_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        error_set("%s: cannot read the directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    long removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = stale_tmp_pid(e->d_name);
+        if (!pid || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+        size_t n = strlen(dir) + strlen(e->d_name) + 2;
+        char *path = mem_alloc(n);
+        if (!path) { closedir(d); return -1; }
+        snprintf(path, n, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0) removed++;
+        mem_free(path);
+    }
+    closedir(d);
+    return removed;
 }
 
 void atomic_abort(AtomicFile *f) {

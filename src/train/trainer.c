@@ -5,6 +5,7 @@
  * save_every), then a final save. */
 #include "train/trainer.h"
 #include <math.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +347,13 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     int rc = -1;
     if (cfg->adapter_path) {
         if (dir_ensure(cfg->adapter_path) < 0) return -1;
+        if (dist_rank() == 0) {
+            long stale = atomic_remove_stale(cfg->adapter_path);
+            if (stale < 0) return -1;
+            if (stale > 0)
+                fprintf(stderr, "[WARNING] %s: removed %ld temporary file%s left by an interrupted save\n",
+                        cfg->adapter_path, stale, stale == 1 ? "" : "s");
+        }
         L.adapters_file = path_join(cfg->adapter_path, ADAPTERS_FILE);
         L.state_file = path_join(cfg->adapter_path, STATE_FILE);
         if (!L.adapters_file || !L.state_file) goto out;
