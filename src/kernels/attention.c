@@ -37,12 +37,13 @@ enum { TILE = 64, MAX_HEAD_DIM = 256 };
  *   TRI_A_UPPER  A(i, k) = 0 for k < i (transposed probabilities) */
 enum { TRI_NONE = 0, TRI_C_LOWER, TRI_A_LOWER, TRI_A_UPPER };
 
-/* C (M, N) += A (M, K) B (K, N); element (i, k) of A at A[i*ai + k*ak]
- * (so A may be a transposed view), B and C row-major with leading dims;
- * M a multiple of 4, N a multiple of 16. 4 rows x 64 columns of C live in
- * registers while k runs. */
-static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
-                          int M, int K, int N, int tri) {
+/* C (M, N) += A (M, K) B (K, N), or C = A B when set (C is not read: no
+ * clearing beforehand; with TRI_C_LOWER the skipped columns are written as
+ * zeros); element (i, k) of A at A[i*ai + k*ak] (so A may be a transposed
+ * view), B and C row-major with leading dims; M a multiple of 4, N a
+ * multiple of 16. 4 rows x 64 columns of C live in registers while k runs. */
+static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
+                      int M, int K, int N, int tri, int set) {
     for (int i = 0; i < M; i += 4) {
         const float *a0 = A + (size_t)i * ai, *a1 = a0 + ai, *a2 = a1 + ai, *a3 = a2 + ai;
         float *c0 = C + (size_t)i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
@@ -51,11 +52,13 @@ static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, con
         if (tri == TRI_A_LOWER && i + 4 < K) k_end = i + 4;
         if (tri == TRI_A_UPPER) k_begin = i < K ? i : K;
         int n = 0;
+        const v16 zero = splat16(0.0f);
+        #define LOAD_C(p) (set ? zero : load16(p))
         for (; n + 64 <= n_end; n += 64) {
-            v16 r00 = load16(c0 + n), r01 = load16(c0 + n + 16), r02 = load16(c0 + n + 32), r03 = load16(c0 + n + 48);
-            v16 r10 = load16(c1 + n), r11 = load16(c1 + n + 16), r12 = load16(c1 + n + 32), r13 = load16(c1 + n + 48);
-            v16 r20 = load16(c2 + n), r21 = load16(c2 + n + 16), r22 = load16(c2 + n + 32), r23 = load16(c2 + n + 48);
-            v16 r30 = load16(c3 + n), r31 = load16(c3 + n + 16), r32 = load16(c3 + n + 32), r33 = load16(c3 + n + 48);
+            v16 r00 = LOAD_C(c0 + n), r01 = LOAD_C(c0 + n + 16), r02 = LOAD_C(c0 + n + 32), r03 = LOAD_C(c0 + n + 48);
+            v16 r10 = LOAD_C(c1 + n), r11 = LOAD_C(c1 + n + 16), r12 = LOAD_C(c1 + n + 32), r13 = LOAD_C(c1 + n + 48);
+            v16 r20 = LOAD_C(c2 + n), r21 = LOAD_C(c2 + n + 16), r22 = LOAD_C(c2 + n + 32), r23 = LOAD_C(c2 + n + 48);
+            v16 r30 = LOAD_C(c3 + n), r31 = LOAD_C(c3 + n + 16), r32 = LOAD_C(c3 + n + 32), r33 = LOAD_C(c3 + n + 48);
             for (int k = k_begin; k < k_end; k++) {
                 const float *b = Bm + (size_t)k * ldb + n;
                 size_t ka = (size_t)k * ak;
@@ -78,7 +81,7 @@ static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, con
             store16(c3 + n, r30); store16(c3 + n + 16, r31); store16(c3 + n + 32, r32); store16(c3 + n + 48, r33);
         }
         for (; n < n_end; n += 16) {
-            v16 r0 = load16(c0 + n), r1 = load16(c1 + n), r2 = load16(c2 + n), r3 = load16(c3 + n);
+            v16 r0 = LOAD_C(c0 + n), r1 = LOAD_C(c1 + n), r2 = LOAD_C(c2 + n), r3 = LOAD_C(c3 + n);
             for (int k = k_begin; k < k_end; k++) {
                 v16 b = load16(Bm + (size_t)k * ldb + n);
                 size_t ka = (size_t)k * ak;
@@ -87,7 +90,14 @@ static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, con
             }
             store16(c0 + n, r0); store16(c1 + n, r1); store16(c2 + n, r2); store16(c3 + n, r3);
         }
+        #undef LOAD_C
+        if (set)
+            for (; n < N; n += 16) { store16(c0 + n, zero); store16(c1 + n, zero); store16(c2 + n, zero); store16(c3 + n, zero); }
     }
+}
+static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
+                          int M, int K, int N, int tri) {
+    tile_gemm(C, ldc, A, ai, ak, Bm, ldb, M, K, N, tri, 0);
 }
 
 /* Local copies of tiles: rows [r0, r0+rows) of a (T, heads, D) tensor's
@@ -210,8 +220,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
                         load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                         const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
                         for (int x = 0; x < nh; x++) {
-                            memset(S, 0, sizeof S);
-                            tile_gemm_acc(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE);
+                            tile_gemm(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < qrows; i++) {
                                 float *s = S + (size_t)i * TILE;
                                 /* keys j <= query i are visible */
@@ -302,8 +311,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                             const float *lse_row = lse + ((size_t)b * H + h) * T + q0;
                             const float *dot_row = rowdot + ((size_t)b * H + h) * T + q0;
                             /* P = exp(scale q k^T - lse), zero where hidden or padded */
-                            memset(P, 0, sizeof P);
-                            tile_gemm_acc(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE);
+                            tile_gemm(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < TILE; i++) {
                                 float *p = P + (size_t)i * TILE;
                                 int visible = i >= qrows ? 0 : (qb > kb ? krows : (i + 1 < krows ? i + 1 : krows));
@@ -317,8 +325,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                             /* dV += P^T dO */
                             tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp, diag ? TRI_A_UPPER : TRI_NONE);
                             /* dP = dO V^T; dS = P (dP - D_i) * scale */
-                            memset(dS, 0, sizeof dS);
-                            tile_gemm_acc(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE);
+                            tile_gemm(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < TILE; i++) {
                                 float *ds = dS + (size_t)i * TILE;
                                 const float *p = P + (size_t)i * TILE;
