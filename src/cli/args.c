@@ -86,12 +86,25 @@ static void spec_where(char *buf, size_t cap, const ArgSpec *s, const char *file
     }
 }
 
-/* Stores `text` into the field of spec s. `file` is the YAML file or NULL. */
+/* Whether v lies in the spec's range: [min, max], less the ends in open_ends. */
+static bool in_range(const ArgSpec *s, double v) {
+    bool above_min = (s->open_ends & ARG_OPEN_MIN) ? v > s->min : v >= s->min;
+    bool below_max = (s->open_ends & ARG_OPEN_MAX) ? v < s->max : v <= s->max;
+    return above_min && below_max;
+}
+
+/* The error for a value that does not parse or is out of range: the spec's
+ * range_text, or `plain` ("an integer") when it has none. */
+static int bad_value(const char *where, const ArgSpec *s, const char *plain, const char *text) {
+    return error_set("%s: expected %s, got \"%s\"", where, s->range_text ? s->range_text : plain, text);
+}
+
+/* Stores `text` into the field of spec s (appends it, for a list). `file` is
+ * the YAML file or NULL. */
 static int set_value(const ArgSpec *s, void *opts, const char *text, const char *file) {
     char where[160];
     spec_where(where, sizeof where, s, file);
     void *field = (char *)opts + s->offset;
-    const char *min_text = s->min_text ? s->min_text : NULL;
     switch (s->type) {
     case ARG_STRING: {
         const char *v = file ? keep_string(text) : text;
@@ -114,12 +127,10 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
     case ARG_INT: case ARG_INT_OR_AUTO: {
         if (s->type == ARG_INT_OR_AUTO && !strcmp(text, "auto")) { *(int *)field = 0; return 0; }
         int v;
-        bool bad = args_parse_int(where, text, &v) < 0 || v < s->min;
-        if (bad) {
+        if (args_parse_int(where, text, &v) < 0 || !in_range(s, v)) {
             if (s->type == ARG_INT_OR_AUTO)
-                return error_set("%s: expected %s or auto, got \"%s\"", where, min_text ? min_text : "an integer", text);
-            if (min_text) return error_set("%s: expected %s, got \"%s\"", where, min_text, text);
-            return error_set("%s: expected an integer, got \"%s\"", where, text);
+                return error_set("%s: expected %s or auto, got \"%s\"", where, s->range_text ? s->range_text : "an integer", text);
+            return bad_value(where, s, "an integer", text);
         }
         *(int *)field = v;
         return 0;
@@ -135,10 +146,7 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
     }
     case ARG_DOUBLE: {
         double v;
-        if (args_parse_double(where, text, &v) < 0 || v < s->min) {
-            if (min_text) return error_set("%s: expected %s, got \"%s\"", where, min_text, text);
-            return error_set("%s: expected a number, got \"%s\"", where, text);
-        }
+        if (args_parse_double(where, text, &v) < 0 || !in_range(s, v)) return bad_value(where, s, "a number", text);
         *(double *)field = v;
         return 0;
     }
@@ -146,9 +154,17 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
         return args_parse_bool(where, text, (bool *)field);
     case ARG_SIZE: {
         size_t v;
-        if (parse_size(text, &v) < 0)
-            return error_set("%s: expected a size such as 8GB, 7.5GiB or 512MB, got \"%s\"", where, text);
+        if (parse_size(text, &v) < 0 || !in_range(s, (double)v))
+            return bad_value(where, s, "a size such as 8GB, 7.5GiB or 512MB", text);
         *(size_t *)field = v;
+        return 0;
+    }
+    case ARG_STRING_LIST: {
+        ArgStringList *list = field;
+        if (list->count == ARG_LIST_MAX) return error_set("%s: at most %d values, got another: \"%s\"", where, ARG_LIST_MAX, text);
+        const char *v = file ? keep_string(text) : text;
+        TRY_PTR(v);
+        list->items[list->count++] = v;
         return 0;
     }
     }
@@ -183,6 +199,22 @@ static bool yaml_is_null(yaml_node_t *n) {
     return !*v || !strcmp(v, "null") || !strcmp(v, "~") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
+/* A repeatable flag in YAML: one value or a list of them, replacing the default. */
+static int yaml_list(const ArgSpec *s, void *opts, const char *path, yaml_document_t *doc, yaml_node_t *vn) {
+    ((ArgStringList *)((char *)opts + s->offset))->count = 0;
+    const char *v = args_yaml_scalar(vn);
+    if (v) return set_value(s, opts, v, path);
+    char where[160];
+    spec_where(where, sizeof where, s, path);
+    if (vn->type != YAML_SEQUENCE_NODE) return error_set("%s: expected a value or a list of values", where);
+    for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top; it++) {
+        v = args_yaml_scalar(yaml_document_get_node(doc, *it));
+        if (!v) return error_set("%s: expected a list of single values", where);
+        TRY(set_value(s, opts, v, path));
+    }
+    return 0;
+}
+
 static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult *r) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return error_set("%s: cannot open the config file: %s", path, strerror(errno));
@@ -211,6 +243,11 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
         if (s && s->short_name == 'c') s = NULL;
         if (s) {
             if (yaml_is_null(vn)) continue;
+            if (s->type == ARG_STRING_LIST) {
+                if (yaml_list(s, opts, path, &doc, vn) < 0) { rc = -1; goto done; }
+                r->seen[s - t->specs] = true;
+                continue;
+            }
             const char *v = args_yaml_scalar(vn);
             if (!v) { rc = error_set("%s: %s: expected a single value, not a list or mapping", path, key); goto done; }
             if (set_value(s, opts, v, path) < 0) { rc = -1; goto done; }
@@ -272,6 +309,7 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
         }
     }
     if (r->config_path) TRY(load_yaml(t, opts, r->config_path, r));
+    bool listed[ARG_MAX_SPECS] = {false};   /* a repeatable flag already given on the command line */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value;
         if (arg[0] != '-') return error_set("unexpected argument \"%s\" (flags start with --; lmtune %s --help lists them)", arg, t->command);
@@ -293,6 +331,11 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
             if (!value) {
                 if (i + 1 >= argc) return error_set("--%s: expected a value", s->name);
                 value = argv[++i];
+            }
+            if (s->type == ARG_STRING_LIST && !listed[s - t->specs]) {
+                /* the command line's values replace the default's and YAML's */
+                ((ArgStringList *)((char *)opts + s->offset))->count = 0;
+                listed[s - t->specs] = true;
             }
             TRY(set_value(s, opts, value, NULL));
         }
@@ -321,6 +364,16 @@ static void default_text(const ArgSpec *s, const void *defaults, char *buf, size
     case ARG_DOUBLE: snprintf(buf, cap, "%g", *(const double *)f); break;
     case ARG_BOOL: snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off"); break;
     case ARG_SIZE: { size_t v = *(const size_t *)f; if (v) snprintf(buf, cap, "%zu bytes", v); else snprintf(buf, cap, "none"); break; }
+    case ARG_STRING_LIST: {
+        const ArgStringList *list = f;
+        size_t used = 0;
+        for (int k = 0; k < list->count && used < cap; k++) {
+            int n = snprintf(buf + used, cap - used, "%s%s", k ? ", " : "", list->items[k]);
+            if (n < 0) break;
+            used += (size_t)n;
+        }
+        break;
+    }
     }
 }
 
@@ -334,6 +387,7 @@ void args_print_help(const ArgTable *t, const void *defaults, FILE *out) {
         default_text(s, defaults, def, sizeof def);
         fprintf(out, "  %-34s %s", left, s->help);
         if (s->type == ARG_CHOICE) fprintf(out, " (%s)", s->choices);
+        if (s->type == ARG_STRING_LIST) fprintf(out, " (repeatable, up to %d times)", ARG_LIST_MAX);
         if (def[0] && s->short_name != 'c') fprintf(out, " [default: %s]", def);
         fputc('\n', out);
     }
@@ -344,46 +398,47 @@ void args_print_help(const ArgTable *t, const void *defaults, FILE *out) {
 /* ---- lmtune train / plan ---- */
 
 #define OFF(f) offsetof(TrainArgs, f)
-#define POS 1, "a positive integer"
-#define NONNEG 0, "a non-negative integer"
+#define POS ARG_AT_LEAST(1, "a positive integer")
+#define NONNEG ARG_AT_LEAST(0, "a non-negative integer")
 static const ArgSpec TRAIN_SPECS[] = {
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory (config.json, *.safetensors, tokenizer.json)", NULL, ARG_NO_MIN, NULL},
-    {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (always on for lmtune train; accepted for mlx_lm.lora compatibility)", NULL, ARG_NO_MIN, NULL},
-    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, ARG_NO_MIN, NULL},
-    {"fine-tune-type", 0, ARG_CHOICE, OFF(fine_tune_type), "TYPE", "what to train", "lora|dora|full", ARG_NO_MIN, NULL},
-    {"optimizer", 0, ARG_CHOICE, OFF(optimizer), "NAME", "optimizer (settings in the config file's optimizer_config)", "adam|adamw|sgd|adafactor", ARG_NO_MIN, NULL},
-    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_NO_MIN, NULL},
-    {"num-layers", 0, ARG_INT, OFF(num_layers), "N", "number of last blocks to train; -1 for all", NULL, -1, "an integer >= -1"},
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory (config.json, *.safetensors, tokenizer.json)", NULL, ARG_UNBOUNDED},
+    {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (always on for lmtune train; accepted for mlx_lm.lora compatibility)", NULL, ARG_UNBOUNDED},
+    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, ARG_UNBOUNDED},
+    {"fine-tune-type", 0, ARG_CHOICE, OFF(fine_tune_type), "TYPE", "what to train", "lora|dora|full", ARG_UNBOUNDED},
+    {"optimizer", 0, ARG_CHOICE, OFF(optimizer), "NAME", "optimizer (settings in the config file's optimizer_config)", "adam|adamw|sgd|adafactor", ARG_UNBOUNDED},
+    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_UNBOUNDED},
+    {"num-layers", 0, ARG_INT, OFF(num_layers), "N", "number of last blocks to train; -1 for all", NULL, ARG_AT_LEAST(-1, "an integer >= -1")},
     {"batch-size", 0, ARG_INT_OR_AUTO, OFF(batch_size), "N|auto", "rows per micro-batch; auto chooses it from --memory-limit", NULL, POS},
     {"iters", 0, ARG_INT, OFF(iters), "N", "micro-batch iterations", NULL, NONNEG},
-    {"val-batches", 0, ARG_INT, OFF(val_batches), "N", "validation batches (a fixed seeded subset); -1 for the whole set", NULL, -1, "an integer >= -1"},
-    {"learning-rate", 0, ARG_DOUBLE, OFF(learning_rate), "LR", "learning rate (without lr_schedule)", NULL, 0, "a non-negative number"},
+    {"val-batches", 0, ARG_INT, OFF(val_batches), "N", "validation batches (a fixed seeded subset); -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")},
+    {"learning-rate", 0, ARG_DOUBLE, OFF(learning_rate), "LR", "learning rate (without lr_schedule)", NULL, ARG_AT_LEAST(0, "a non-negative number")},
     {"steps-per-report", 0, ARG_INT, OFF(steps_per_report), "N", "iterations between train-loss reports", NULL, POS},
     {"steps-per-eval", 0, ARG_INT, OFF(steps_per_eval), "N", "iterations between validations", NULL, POS},
-    {"resume-adapter-file", 0, ARG_STRING, OFF(resume_adapter_file), "FILE", "start from these adapter weights (as mlx_lm.lora)", NULL, ARG_NO_MIN, NULL},
-    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "where adapters, adapter_config.json and the training state are saved", NULL, ARG_NO_MIN, NULL},
+    {"resume-adapter-file", 0, ARG_STRING, OFF(resume_adapter_file), "FILE", "start from these adapter weights (as mlx_lm.lora)", NULL, ARG_UNBOUNDED},
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "where adapters, adapter_config.json and the training state are saved", NULL, ARG_UNBOUNDED},
     {"save-every", 0, ARG_INT, OFF(save_every), "N", "iterations between saves", NULL, POS},
-    {"test", 0, ARG_BOOL, OFF(test), NULL, "evaluate on test.jsonl after training", NULL, ARG_NO_MIN, NULL},
-    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, -1, "an integer >= -1"},
-    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, 2, "an integer >= 2"},
-    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, "recompute each block's activations in the backward pass", NULL, ARG_NO_MIN, NULL},
-    {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", NULL, ARG_NO_MIN, NULL},
-    {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the batch order, LoRA init and dropout", NULL, ARG_NO_MIN, NULL},
-    {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_NO_MIN, NULL},
-    {"epochs", 0, ARG_DOUBLE, OFF(epochs), "N", "train N passes over the data (sets --iters); 0: use --iters", NULL, 0, "a non-negative number"},
-    {"max-grad-norm", 0, ARG_DOUBLE, OFF(max_grad_norm), "X", "clip the global gradient norm to X; 0: no clipping", NULL, 0, "a non-negative number"},
+    {"test", 0, ARG_BOOL, OFF(test), NULL, "evaluate on test.jsonl after training", NULL, ARG_UNBOUNDED},
+    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")},
+    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, ARG_AT_LEAST(2, "an integer >= 2")},
+    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, "recompute each block's activations in the backward pass", NULL, ARG_UNBOUNDED},
+    {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", NULL, ARG_UNBOUNDED},
+    {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the batch order, LoRA init and dropout", NULL, ARG_UNBOUNDED},
+    {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_UNBOUNDED},
+    {"epochs", 0, ARG_DOUBLE, OFF(epochs), "N", "train N passes over the data (sets --iters); 0: use --iters", NULL, ARG_AT_LEAST(0, "a non-negative number")},
+    {"max-grad-norm", 0, ARG_DOUBLE, OFF(max_grad_norm), "X", "clip the global gradient norm to X; 0: no clipping", NULL, ARG_AT_LEAST(0, "a non-negative number")},
     {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL, NONNEG},
-    {"metrics-file", 0, ARG_STRING, OFF(metrics_file), "FILE", "append one JSON line per report and evaluation", NULL, ARG_NO_MIN, NULL},
-    {"loss-normalization", 0, ARG_CHOICE, OFF(loss_normalization), "HOW", "mean of per-batch means (MLX-LM) or token-weighted over the update", "mean|tokens", ARG_NO_MIN, NULL},
-    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE", "refuse a run whose plan exceeds SIZE (8GB, 7.5GiB)", NULL, ARG_NO_MIN, NULL},
-    {"weights-dtype", 0, ARG_CHOICE, OFF(weights_dtype), "T", "dtype of the frozen weights in memory", "auto|f32|bf16", ARG_NO_MIN, NULL},
-    {"resume", 0, ARG_BOOL, OFF(resume), NULL, "continue exactly from the training state in --adapter-path", NULL, ARG_NO_MIN, NULL},
-    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_NO_MIN, NULL},
-    {"skip-bad-lines", 0, ARG_BOOL, OFF(skip_bad_lines), NULL, "skip malformed JSONL lines (counted) instead of failing", NULL, ARG_NO_MIN, NULL},
+    {"metrics-file", 0, ARG_STRING, OFF(metrics_file), "FILE", "append one JSON line per report and evaluation", NULL, ARG_UNBOUNDED},
+    {"loss-normalization", 0, ARG_CHOICE, OFF(loss_normalization), "HOW", "mean of per-batch means (MLX-LM) or token-weighted over the update", "mean|tokens", ARG_UNBOUNDED},
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE", "refuse a run whose plan exceeds SIZE (8GB, 7.5GiB)", NULL, ARG_UNBOUNDED},
+    {"weights-dtype", 0, ARG_CHOICE, OFF(weights_dtype), "T", "dtype of the frozen weights in memory", "auto|f32|bf16", ARG_UNBOUNDED},
+    {"resume", 0, ARG_BOOL, OFF(resume), NULL, "continue exactly from the training state in --adapter-path", NULL, ARG_UNBOUNDED},
+    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_UNBOUNDED},
+    {"skip-bad-lines", 0, ARG_BOOL, OFF(skip_bad_lines), NULL, "skip malformed JSONL lines (counted) instead of failing", NULL, ARG_UNBOUNDED},
     {"effective-batch-size", 0, ARG_INT, OFF(effective_batch_size), "N", "with --batch-size auto: rows per update to keep; 0: batch x accumulation", NULL, NONNEG},
 };
 #undef POS
 #undef NONNEG
+#undef OFF
 
 static const char *const MLX_IGNORED_KEYS[] = {"report_to", "project_name", "wandb", "clear_cache_threshold", NULL};
 

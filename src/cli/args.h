@@ -4,8 +4,10 @@
  * `--flag value`, `--flag=value`, store-true booleans and, when the table
  * allows it, a YAML file (-c/--config) whose keys are the flags' names with
  * underscores. Precedence: command line > YAML > defaults (the defaults are
- * whatever the options struct holds before the call). Every unknown flag or
- * bad value is one error naming the flag and the value.
+ * whatever the options struct holds before the call). Numbers and sizes are
+ * checked against the spec's range; a repeatable flag collects its values
+ * in an ArgStringList. Every unknown flag or bad value is one error naming
+ * the flag and the value.
  *
  * TrainArgs holds the flags of `lmtune train` (and `lmtune plan`): every
  * flag of mlx_lm.lora with its default, plus ours. */
@@ -21,16 +23,30 @@
 
 typedef enum {
     ARG_STRING,     /* const char * */
-    ARG_INT,        /* int, >= min */
+    ARG_INT,        /* int, in the spec's range */
     ARG_U64,        /* uint64_t */
-    ARG_DOUBLE,     /* double, >= min */
+    ARG_DOUBLE,     /* double, in the spec's range */
     ARG_BOOL,       /* bool: store-true on the command line, true/false in YAML */
     ARG_CHOICE,     /* const char *, one of `choices` ("lora|dora|full") */
-    ARG_SIZE,       /* size_t from "8GB", "7.5GiB", ... */
-    ARG_INT_OR_AUTO /* int, >= min, or "auto" stored as 0 */
+    ARG_SIZE,       /* size_t from "8GB", "7.5GiB", ..., in the spec's range */
+    ARG_INT_OR_AUTO,/* int, in the spec's range, or "auto" stored as 0 */
+    ARG_STRING_LIST /* ArgStringList: repeatable, each use appends a value (YAML: a list) */
 } ArgType;
 
 #define ARG_NO_MIN (-1e300)
+#define ARG_NO_MAX 1e300
+/* open_ends: the bound itself is refused ((0, 1] is min 0, max 1, ARG_OPEN_MIN). */
+enum { ARG_OPEN_MIN = 1, ARG_OPEN_MAX = 2 };
+/* The last four fields of a spec (min, range_text, max, open_ends) in the
+ * common cases: no range (strings, booleans, ...), or a minimum only. */
+#define ARG_UNBOUNDED ARG_NO_MIN, NULL, ARG_NO_MAX, 0
+#define ARG_AT_LEAST(min, text) (min), (text), ARG_NO_MAX, 0
+
+#define ARG_LIST_MAX 16
+typedef struct {
+    const char *items[ARG_LIST_MAX];
+    int count;
+} ArgStringList;
 
 typedef struct {
     const char *name;       /* long name without dashes: "batch-size" (YAML: batch_size) */
@@ -40,8 +56,10 @@ typedef struct {
     const char *metavar;    /* "N", "FILE", ... for --help */
     const char *help;
     const char *choices;    /* ARG_CHOICE: "a|b|c" */
-    double min;             /* ARG_INT / ARG_DOUBLE / ARG_INT_OR_AUTO: smallest value accepted */
-    const char *min_text;   /* how the minimum reads in errors: "a positive integer" */
+    double min;             /* ARG_INT / ARG_DOUBLE / ARG_SIZE / ARG_INT_OR_AUTO: smallest value accepted */
+    const char *range_text; /* how the range reads in errors: "a positive integer", "a number in (0, 1]" */
+    double max;             /* largest value accepted; ARG_NO_MAX: none */
+    unsigned open_ends;     /* ARG_OPEN_MIN | ARG_OPEN_MAX, or 0: both bounds accepted */
 } ArgSpec;
 
 /* A YAML key that is not a flag (nested sections such as lora_parameters):

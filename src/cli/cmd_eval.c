@@ -32,16 +32,16 @@ typedef struct {
 
 #define OFF(f) offsetof(EvalArgs, f)
 static const ArgSpec EVAL_SPECS[] = {
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory", NULL, ARG_NO_MIN, NULL},
-    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory (adapter_config.json, adapters.safetensors); none: the base model", NULL, ARG_NO_MIN, NULL},
-    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with test.jsonl", NULL, ARG_NO_MIN, NULL},
-    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, -1, "an integer >= -1"},
-    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, 2, "an integer >= 2"},
-    {"batch-size", 0, ARG_INT, OFF(batch_size), "N", "rows per batch", NULL, 1, "a positive integer"},
-    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_NO_MIN, NULL},
-    {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the test subset", NULL, ARG_NO_MIN, NULL},
-    {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL, 0, "a non-negative integer"},
-    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_NO_MIN, NULL},
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory", NULL, ARG_UNBOUNDED},
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory (adapter_config.json, adapters.safetensors); none: the base model", NULL, ARG_UNBOUNDED},
+    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with test.jsonl", NULL, ARG_UNBOUNDED},
+    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")},
+    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, ARG_AT_LEAST(2, "an integer >= 2")},
+    {"batch-size", 0, ARG_INT, OFF(batch_size), "N", "rows per batch", NULL, ARG_AT_LEAST(1, "a positive integer")},
+    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_UNBOUNDED},
+    {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the test subset", NULL, ARG_UNBOUNDED},
+    {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL, ARG_AT_LEAST(0, "a non-negative integer")},
+    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_UNBOUNDED},
 };
 static const ArgTable EVAL_TABLE = {
     "eval", "eval --model DIR --data DIR [--adapter-path DIR] [flags]",

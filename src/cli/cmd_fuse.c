@@ -1,63 +1,58 @@
 /* cmd_fuse.c: `lmtune fuse`: merges an adapter into the base model (as
- * mlx_lm.fuse) and exports it as a PEFT adapter or a GGUF LoRA adapter. */
-#include "base/error.h"
-#include "base/sys.h"
-#include "model/fuse.h"
-#include <getopt.h>
+ * mlx_lm.fuse) and exports it as a PEFT adapter or a GGUF LoRA adapter. The
+ * flags are an args table (cli/args.h), parsed, checked and listed by --help
+ * as every command's. */
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <string.h>
+#include "base/error.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/fuse.h"
 
-static void usage(FILE *out) {
-    fprintf(out,
-        "usage: lmtune fuse --model DIR [--adapter-path DIR] [--save-path DIR] [flags]\n\n"
-        "Merges a LoRA/DoRA adapter (or a full fine-tune) into the base weights, computed\n"
-        "in fp32 and stored in the base dtype, and writes a Hugging Face model directory.\n\n"
-        "  --model DIR            base model directory (default mlx_model)\n"
-        "  --adapter-path DIR     adapter directory (default adapters)\n"
-        "  --save-path DIR        fused model output (default fused_model)\n"
-        "  --max-shard-size SIZE  largest safetensors shard (default 5GB)\n"
-        "  --export-peft DIR      also write a PEFT adapter (adapter_model.safetensors, adapter_config.json)\n"
-        "  --export-gguf FILE     also write a GGUF LoRA adapter for llama.cpp (--lora FILE)\n"
-        "  --no-fuse              only export; do not write the fused model\n");
-}
+typedef struct {
+    const char *model, *adapter_path, *save_path, *export_peft, *export_gguf;
+    size_t max_shard_size;
+    bool no_fuse;
+    ArgResult parsed;
+} FuseArgs;
+
+#define OFF(f) offsetof(FuseArgs, f)
+static const ArgSpec FUSE_SPECS[] = {
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "base model directory", NULL, ARG_UNBOUNDED},
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory", NULL, ARG_UNBOUNDED},
+    {"save-path", 0, ARG_STRING, OFF(save_path), "DIR", "fused model output", NULL, ARG_UNBOUNDED},
+    {"max-shard-size", 0, ARG_SIZE, OFF(max_shard_size), "SIZE", "largest safetensors shard (5GB, 512MB, 2GiB)", NULL,
+     ARG_AT_LEAST(1, "a positive size such as 5GB, 512MB or 2GiB")},
+    {"export-peft", 0, ARG_STRING, OFF(export_peft), "DIR", "also write a PEFT adapter (adapter_model.safetensors, adapter_config.json)", NULL, ARG_UNBOUNDED},
+    {"export-gguf", 0, ARG_STRING, OFF(export_gguf), "FILE", "also write a GGUF LoRA adapter for llama.cpp (--lora FILE)", NULL, ARG_UNBOUNDED},
+    {"no-fuse", 0, ARG_BOOL, OFF(no_fuse), NULL, "only export; do not write the fused model", NULL, ARG_UNBOUNDED},
+};
+#undef OFF
+static const ArgTable FUSE_TABLE = {
+    "fuse", "fuse --model DIR [--adapter-path DIR] [--save-path DIR] [flags]",
+    FUSE_SPECS, sizeof FUSE_SPECS / sizeof FUSE_SPECS[0], false, NULL, NULL,
+    "Merges a LoRA/DoRA adapter (or a full fine-tune) into the base weights, computed\n"
+    "in fp32 and stored in the base dtype, and writes a Hugging Face model directory.\n",
+};
 
 int cmd_fuse(int argc, char **argv) {
-    const char *model = "mlx_model", *adapter = "adapters", *save = "fused_model", *peft = NULL, *gguf = NULL;
-    size_t shard = 5000000000ull;
-    int no_fuse = 0;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"adapter-path", required_argument, 0, 'a'},
-        {"save-path", required_argument, 0, 's'}, {"export-peft", required_argument, 0, 'p'},
-        {"export-gguf", required_argument, 0, 'g'}, {"max-shard-size", required_argument, 0, 'x'},
-        {"no-fuse", no_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'a': adapter = optarg; break;
-        case 's': save = optarg; break;
-        case 'p': peft = optarg; break;
-        case 'g': gguf = optarg; break;
-        case 'n': no_fuse = 1; break;
-        case 'x': if (parse_size(optarg, &shard) < 0 || shard == 0) die_with_error(); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) die("fuse: unexpected argument '%s' (see lmtune fuse --help)", argv[optind]);
-    if (!no_fuse) {
+    FuseArgs a = {.model = "mlx_model", .adapter_path = "adapters", .save_path = "fused_model",
+                  .max_shard_size = 5000000000ull};
+    if (args_parse(&FUSE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
+    if (a.parsed.help) return 0;
+    if (!a.no_fuse) {
         printf("Loading pretrained model\n");
-        if (fuse_model(model, adapter, save, shard) < 0) die_with_error();
-        printf("Fused model saved to %s\n", save);
+        if (fuse_model(a.model, a.adapter_path, a.save_path, a.max_shard_size) < 0) die_with_error();
+        printf("Fused model saved to %s\n", a.save_path);
     }
-    if (peft) {
-        if (export_peft(model, adapter, peft) < 0) die_with_error();
-        printf("PEFT adapter saved to %s\n", peft);
+    if (a.export_peft) {
+        if (export_peft(a.model, a.adapter_path, a.export_peft) < 0) die_with_error();
+        printf("PEFT adapter saved to %s\n", a.export_peft);
     }
-    if (gguf) {
-        if (export_gguf(model, adapter, gguf) < 0) die_with_error();
-        printf("GGUF adapter saved to %s\n", gguf);
+    if (a.export_gguf) {
+        if (export_gguf(a.model, a.adapter_path, a.export_gguf) < 0) die_with_error();
+        printf("GGUF adapter saved to %s\n", a.export_gguf);
     }
     return 0;
 }

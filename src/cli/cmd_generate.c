@@ -1,37 +1,54 @@
 /* cmd_generate.c: `lmtune generate`: samples from a model, with or without an
  * adapter, as mlx_lm.generate: the chat template is applied by default, the
  * text streams as it is produced, and a summary follows. The prompt is fed
- * once (prefill) and every new token reuses the KV cache. */
+ * once (prefill) and every new token reuses the KV cache. The flags are an
+ * args table (cli/args.h), parsed, checked and listed by --help as every
+ * command's. */
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
 #include "base/sys.h"
+#include "cli/args.h"
+#include "cli/commands.h"
 #include "model/adapter_io.h"
 #include "model/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include <getopt.h>
-#include <jansson.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-static void usage(FILE *out) {
-    fprintf(out,
-        "usage: lmtune generate --model DIR --prompt TEXT [flags]\n\n"
-        "  --model DIR               model directory\n"
-        "  --adapter-path DIR        adapter to apply (optional)\n"
-        "  -p, --prompt TEXT         prompt; - reads it from stdin\n"
-        "  -m, --max-tokens N        tokens to generate (default 100)\n"
-        "  --temp T                  sampling temperature (default 0: greedy)\n"
-        "  --top-p P                 nucleus sampling (default 1.0: off)\n"
-        "  --min-p P                 min-p sampling (default 0: off)\n"
-        "  --seed N                  sampling seed (default 0)\n"
-        "  --system-prompt TEXT      system message for chat models\n"
-        "  --ignore-chat-template    feed the prompt as raw text\n"
-        "  --chat-template FILE      use this template instead of the model's\n"
-        "  --quiet                   print only the generated text\n");
-}
+typedef struct {
+    const char *model, *adapter_path, *prompt, *system_prompt, *chat_template;
+    int max_tokens;
+    double temp, top_p, min_p;
+    uint64_t seed;
+    bool ignore_chat_template, quiet;
+    ArgResult parsed;
+} GenerateArgs;
+
+#define OFF(f) offsetof(GenerateArgs, f)
+static const ArgSpec GENERATE_SPECS[] = {
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory", NULL, ARG_UNBOUNDED},
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter to apply; none: the base model", NULL, ARG_UNBOUNDED},
+    {"prompt", 'p', ARG_STRING, OFF(prompt), "TEXT", "prompt; - reads it from stdin", NULL, ARG_UNBOUNDED},
+    {"max-tokens", 'm', ARG_INT, OFF(max_tokens), "N", "tokens to generate", NULL, ARG_AT_LEAST(1, "a positive integer")},
+    {"temp", 0, ARG_DOUBLE, OFF(temp), "T", "sampling temperature; 0: greedy", NULL, ARG_AT_LEAST(0, "a number >= 0")},
+    {"top-p", 0, ARG_DOUBLE, OFF(top_p), "P", "nucleus sampling; 1: off", NULL, 0, "a number in (0, 1]", 1, ARG_OPEN_MIN},
+    {"min-p", 0, ARG_DOUBLE, OFF(min_p), "P", "min-p sampling; 0: off", NULL, 0, "a number in [0, 1)", 1, ARG_OPEN_MAX},
+    {"seed", 0, ARG_U64, OFF(seed), "N", "sampling seed", NULL, ARG_UNBOUNDED},
+    {"system-prompt", 0, ARG_STRING, OFF(system_prompt), "TEXT", "system message for chat models", NULL, ARG_UNBOUNDED},
+    {"ignore-chat-template", 0, ARG_BOOL, OFF(ignore_chat_template), NULL, "feed the prompt as raw text", NULL, ARG_UNBOUNDED},
+    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "use this Jinja template instead of the model's", NULL, ARG_UNBOUNDED},
+    {"quiet", 0, ARG_BOOL, OFF(quiet), NULL, "print only the generated text", NULL, ARG_UNBOUNDED},
+};
+#undef OFF
+static const ArgTable GENERATE_TABLE = {
+    "generate", "generate --model DIR --prompt TEXT [flags]",
+    GENERATE_SPECS, sizeof GENERATE_SPECS / sizeof GENERATE_SPECS[0], false, NULL, NULL, NULL,
+};
 
 static char *read_stdin(void) {
     size_t cap = 4096, n = 0;
@@ -83,61 +100,33 @@ static size_t complete_utf8(const char *s, size_t n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *adapter = NULL, *prompt = NULL, *system = NULL, *template_file = NULL;
-    long max_tokens = 100, seed = 0;
-    float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-    int ignore_template = 0, quiet = 0;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'M'}, {"adapter-path", required_argument, 0, 'a'},
-        {"prompt", required_argument, 0, 'p'}, {"max-tokens", required_argument, 0, 'm'},
-        {"temp", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'P'},
-        {"min-p", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
-        {"system-prompt", required_argument, 0, 'S'}, {"ignore-chat-template", no_argument, 0, 'i'},
-        {"chat-template", required_argument, 0, 'c'}, {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "hp:m:", opts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case 'M': model_dir = optarg; break;
-        case 'a': adapter = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'm': max_tokens = strtol(optarg, &end, 10); if (*end || max_tokens < 1) die("--max-tokens: expected a positive integer, got \"%s\"", optarg); break;
-        case 't': temp = strtof(optarg, &end); if (*end || temp < 0) die("--temp: expected a number >= 0, got \"%s\"", optarg); break;
-        case 'P': top_p = strtof(optarg, &end); if (*end || top_p <= 0 || top_p > 1) die("--top-p: expected a number in (0, 1], got \"%s\"", optarg); break;
-        case 'n': min_p = strtof(optarg, &end); if (*end || min_p < 0 || min_p >= 1) die("--min-p: expected a number in [0, 1), got \"%s\"", optarg); break;
-        case 's': seed = strtol(optarg, &end, 10); if (*end) die("--seed: expected an integer, got \"%s\"", optarg); break;
-        case 'S': system = optarg; break;
-        case 'i': ignore_template = 1; break;
-        case 'c': template_file = optarg; break;
-        case 'q': quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) die("generate: unexpected argument '%s' (see lmtune generate --help)", argv[optind]);
-    if (!model_dir || !prompt) { usage(stderr); return 2; }
+    GenerateArgs a = {.max_tokens = 100, .temp = 0.0, .top_p = 1.0, .min_p = 0.0, .seed = 0};
+    if (args_parse(&GENERATE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
+    if (a.parsed.help) return 0;
+    if (!a.model) die("--model is required (a model directory)");
+    if (!a.prompt) die("--prompt is required (the text, or - to read it from stdin)");
+    const char *model_dir = a.model, *prompt = a.prompt;
+    long max_tokens = a.max_tokens;
     char *prompt_owned = NULL;
     if (!strcmp(prompt, "-")) { prompt_owned = read_stdin(); if (!prompt_owned) die_with_error(); prompt = prompt_owned; }
 
     Tokenizer *tok;
     if (tokenizer_load(&tok, model_dir) < 0) die_with_error();
-    char *text = ignore_template ? NULL : chat_prompt(tok, template_file, system, prompt);
+    char *text = a.ignore_chat_template ? NULL : chat_prompt(tok, a.chat_template, a.system_prompt, prompt);
     int32_t *ids; size_t n_ids;
     if (tokenizer_encode(tok, text ? text : prompt, strlen(text ? text : prompt), text == NULL, &ids, &n_ids) < 0) die_with_error();
     if (n_ids == 0) die("generate: the prompt encodes to no tokens");
 
     Model *model; Arena arena;
-    if (model_open_inference(&model, &arena, model_dir, adapter, 1, (int)n_ids, (int)(n_ids + max_tokens)) < 0) die_with_error();
+    if (model_open_inference(&model, &arena, model_dir, a.adapter_path, 1, (int)n_ids, (int)(n_ids + max_tokens)) < 0) die_with_error();
     const ModelConfig *cfg = model_config(model);
     int V = cfg->vocab_size;
     float *logits = mem_alloc((size_t)V * sizeof(float));
     int32_t *out_ids = mem_alloc((size_t)max_tokens * sizeof(int32_t));
     Sampler sampler;
-    if (!logits || !out_ids || sampler_init(&sampler, V, temp, top_p, min_p, (uint64_t)seed) < 0) die_with_error();
+    if (!logits || !out_ids || sampler_init(&sampler, V, (float)a.temp, (float)a.top_p, (float)a.min_p, a.seed) < 0) die_with_error();
 
-    if (!quiet) printf("==========\n");
+    if (!a.quiet) printf("==========\n");
     double t0 = time_now();
     if (model_decode(model, ids, (int)n_ids, 0, logits) < 0) die_with_error();
     double t_prompt = time_now() - t0;
@@ -162,7 +151,7 @@ int cmd_generate(int argc, char **argv) {
     if (alen > printed) fwrite(all + printed, 1, alen - printed, stdout);
     mem_free(all);
     printf("\n");
-    if (!quiet) {
+    if (!a.quiet) {
         printf("==========\n");
         printf("Prompt: %zu tokens, %.3f tokens-per-sec\n", n_ids, n_ids / (t_prompt > 0 ? t_prompt : 1e-9));
         printf("Generation: %ld tokens, %.3f tokens-per-sec\n", n_gen, n_gen / (t_gen > 0 ? t_gen : 1e-9));

@@ -8,42 +8,58 @@
  * HF's N(0, 0.02^2) shrinks the signal of a narrow model at every matrix,
  * and with the frozen tied embedding capping the logits near 5, such a
  * model takes thousands of steps to learn anything that depends on the
- * prompt; the demo's model learns in minutes with the scaled init. */
+ * prompt; the demo's model learns in minutes with the scaled init. The
+ * flags are an args table (cli/args.h), parsed, checked and listed by
+ * --help as every command's. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "cli/args.h"
+#include "cli/commands.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
-#include <math.h>
 #include "tokenizer/tokenizer.h"
-#include <getopt.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 static const char *CHATML_TEMPLATE =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-static void usage(FILE *out) {
-    fprintf(out,
-        "usage: lmtune init (--preset NAME | --config config.json) --out DIR [flags]\n\n"
-        "Creates a randomly initialised Hugging Face model directory.\n\n"
-        "  --preset NAME          tiny, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b\n"
-        "  --config FILE          a config.json to take the architecture from instead\n"
-        "  --out DIR              output directory (created)\n"
-        "  --dtype f32|bf16       weight dtype in model.safetensors (default f32)\n"
-        "  --seed N               random seed (default 0)\n"
-        "  --init hf|fan-in       weight scale: hf = N(0, 0.02^2) everywhere (default);\n"
-        "                         fan-in = std 1/sqrt(fan-in) per matrix, which small\n"
-        "                         models learn from much faster\n"
-        "  --layers N             override num_hidden_layers\n"
-        "  --tokenizer-text FILE  learn a byte-level BPE tokenizer from FILE (repeatable)\n"
-        "  --vocab-size N         tokenizer vocabulary when learning one (default 512);\n"
-        "                         the model's vocab_size becomes max(preset, tokenizer)\n"
-        "                         for presets, or exactly N for the tiny preset\n");
-}
+typedef struct {
+    const char *preset, *config, *out, *dtype, *init;
+    uint64_t seed;
+    int layers, vocab_size;
+    ArgStringList tokenizer_text;
+    ArgResult parsed;
+} InitArgs;
+
+#define OFF(f) offsetof(InitArgs, f)
+static const ArgSpec INIT_SPECS[] = {
+    {"preset", 0, ARG_CHOICE, OFF(preset), "NAME", "architecture preset", "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b", ARG_UNBOUNDED},
+    {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL, ARG_UNBOUNDED},
+    {"out", 0, ARG_STRING, OFF(out), "DIR", "output directory (created)", NULL, ARG_UNBOUNDED},
+    {"dtype", 0, ARG_CHOICE, OFF(dtype), "T", "weight dtype in model.safetensors", "f32|bf16", ARG_UNBOUNDED},
+    {"seed", 0, ARG_U64, OFF(seed), "N", "random seed", NULL, ARG_UNBOUNDED},
+    {"init", 0, ARG_CHOICE, OFF(init), "SCALE", "weight scale, explained below", "hf|fan-in", ARG_UNBOUNDED},
+    {"layers", 0, ARG_INT, OFF(layers), "N", "override num_hidden_layers; 0: keep the architecture's", NULL, ARG_AT_LEAST(0, "a non-negative integer")},
+    {"tokenizer-text", 0, ARG_STRING_LIST, OFF(tokenizer_text), "FILE", "learn a byte-level BPE tokenizer from FILE", NULL, ARG_UNBOUNDED},
+    {"vocab-size", 0, ARG_INT, OFF(vocab_size), "N", "tokenizer vocabulary when learning one (see below)", NULL, 259, "an integer in 259..1000000", 1000000, 0},
+};
+#undef OFF
+static const ArgTable INIT_TABLE = {
+    "init", "init (--preset NAME | --config config.json) --out DIR [flags]",
+    INIT_SPECS, sizeof INIT_SPECS / sizeof INIT_SPECS[0], false, NULL, NULL,
+    "Creates a randomly initialised Hugging Face model directory.\n"
+    "--init: hf = N(0, 0.02^2) everywhere; fan-in = std 1/sqrt(fan-in) per matrix,\n"
+    "  which small models learn from much faster.\n"
+    "--vocab-size: the model's vocab_size becomes max(preset, tokenizer) for presets,\n"
+    "  or exactly N for the tiny preset; without --tokenizer-text the tokenizer has\n"
+    "  the 256 bytes and 3 special tokens only.\n",
+};
 
 /* Rewrites DIR/model.safetensors with every matrix scaled from std 0.02 to
  * std 1/sqrt(columns) (embedding rows (V, C): 1/sqrt(C) as well). */
@@ -94,51 +110,25 @@ static int append_file(char **text, size_t *len, const char *path) {
 }
 
 int cmd_init(int argc, char **argv) {
-    const char *preset = NULL, *config = NULL, *out = NULL, *dtype_s = "f32", *init = "hf";
-    const char *texts[16]; int n_texts = 0;
-    long seed = 0, vocab = 512, layers = 0;
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'}, {"config", required_argument, 0, 'c'},
-        {"out", required_argument, 0, 'o'}, {"dtype", required_argument, 0, 'd'},
-        {"seed", required_argument, 0, 's'}, {"tokenizer-text", required_argument, 0, 't'},
-        {"vocab-size", required_argument, 0, 'v'}, {"layers", required_argument, 0, 'l'},
-        {"init", required_argument, 0, 'i'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'p': preset = optarg; break;
-        case 'c': config = optarg; break;
-        case 'o': out = optarg; break;
-        case 'd': dtype_s = optarg; break;
-        case 's': seed = atol(optarg); break;
-        case 'v': vocab = atol(optarg); break;
-        case 'l': layers = atol(optarg); break;
-        case 'i': init = optarg; break;
-        case 't': if (n_texts == 16) die("--tokenizer-text: at most 16 files"); texts[n_texts++] = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) die("init: unexpected argument '%s' (see lmtune init --help)", argv[optind]);
-    if (!out || (!preset == !config)) { usage(stderr); return 2; }
-    DType dtype;
-    if (!strcmp(dtype_s, "f32")) dtype = DTYPE_F32;
-    else if (!strcmp(dtype_s, "bf16")) dtype = DTYPE_BF16;
-    else die("--dtype: expected f32 or bf16, got \"%s\"", dtype_s);
-    if (strcmp(init, "hf") && strcmp(init, "fan-in")) die("--init: expected hf or fan-in, got \"%s\"", init);
-    if (vocab < 256 + 3 || vocab > 1000000) die("--vocab-size: expected 259..1000000, got %ld", vocab);
+    InitArgs a = {.dtype = "f32", .init = "hf", .seed = 0, .vocab_size = 512};
+    if (args_parse(&INIT_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
+    if (a.parsed.help) return 0;
+    if (!a.out) die("--out is required (the directory to create)");
+    if (a.preset && a.config) die("--preset and --config both given: give one of them");
+    if (!a.preset && !a.config) die("--preset or --config is required (a preset name or a config.json)");
+    DType dtype = !strcmp(a.dtype, "bf16") ? DTYPE_BF16 : DTYPE_F32;
+    const char *preset = a.preset, *out = a.out;
 
     ModelConfig cfg;
     if (preset) { if (model_preset(preset, &cfg) < 0) die_with_error(); }
-    else if (hf_config_load(&cfg, config) < 0) die_with_error();
-    if (layers > 0) cfg.num_hidden_layers = (int)layers;
+    else if (hf_config_load(&cfg, a.config) < 0) die_with_error();
+    if (a.layers > 0) cfg.num_hidden_layers = a.layers;
     if (dir_ensure(out) < 0) die_with_error();
 
     char *text = NULL; size_t len = 0;
-    for (int i = 0; i < n_texts; i++) if (append_file(&text, &len, texts[i]) < 0) die_with_error();
-    int tok_vocab = n_texts ? (int)vocab : 256 + 3;
+    for (int i = 0; i < a.tokenizer_text.count; i++)
+        if (append_file(&text, &len, a.tokenizer_text.items[i]) < 0) die_with_error();
+    int tok_vocab = a.tokenizer_text.count ? a.vocab_size : 256 + 3;
     if (tokenizer_write_bytelevel(out, text ? text : "", len, tok_vocab, CHATML_TEMPLATE) < 0) die_with_error();
     mem_free(text);
     Tokenizer *tok;
@@ -152,9 +142,9 @@ int cmd_init(int argc, char **argv) {
     tokenizer_free(tok);
     mem_free(tok_path);
     cfg.torch_dtype = dtype;
-    if (model_init_random(out, &cfg, dtype, (uint64_t)seed) < 0) die_with_error();
-    if (!strcmp(init, "fan-in") && rescale_fan_in(out) < 0) die_with_error();
+    if (model_init_random(out, &cfg, dtype, a.seed) < 0) die_with_error();
+    if (!strcmp(a.init, "fan-in") && rescale_fan_in(out) < 0) die_with_error();
     printf("Initialised %s model in %s: %d layers, hidden %d, vocab %d, %s weights (%s init), tokenizer vocab %d\n",
-           cfg.model_type, out, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, dtype_s, init, real_vocab);
+           cfg.model_type, out, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, a.dtype, a.init, real_vocab);
     return 0;
 }
