@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
@@ -116,6 +117,8 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids; size_t n_ids;
     if (tokenizer_encode(tok, text ? text : prompt, strlen(text ? text : prompt), text == NULL, &ids, &n_ids) < 0) die_with_error();
     if (n_ids == 0) die("generate: the prompt encodes to no tokens");
+    if (n_ids + (size_t)max_tokens > (size_t)INT_MAX)
+        die("generate: the prompt (%zu tokens) plus --max-tokens %ld exceeds %d positions", n_ids, max_tokens, INT_MAX);
 
     Model *model; Arena arena;
     if (model_open_inference(&model, &arena, model_dir, a.adapter_path, 1, (int)n_ids, (int)(n_ids + max_tokens)) < 0) die_with_error();

@@ -77,6 +77,8 @@ ok '[ "$(grep "^Prompt:" "$T/g_sys.log" | cut -d" " -f2)" -gt "$(grep "^Prompt:"
 "$BIN" generate --model "$T/m" -p "$P" --max-tokens=1 --ignore-chat-template >"$T/g_raw.log" 2>&1
 ok '[ "$(grep "^Prompt:" "$T/g_raw.log" | cut -d" " -f2)" -lt "$(grep "^Prompt:" "$T/g_nosys.log" | cut -d" " -f2)" ]' "generate: --ignore-chat-template (store-true) feeds the raw text"
 ok '"$BIN" generate --model "$T/m" --quiet -p "$P" -m 2 >"$T/g_q" 2>&1 && ! grep -q "^==========" "$T/g_q"' "generate: --quiet takes no value"
+"$BIN" generate --model "$T/m" -p "$P" -m 2147483647 >"$T/g_huge" 2>"$T/g_huge.err"; rc_huge=$?
+ok '[ $rc_huge -eq 1 ] && [ "$(wc -l < "$T/g_huge.err")" -eq 1 ] && grep -q "plus --max-tokens 2147483647 exceeds" "$T/g_huge.err"' "generate: prompt + --max-tokens past INT_MAX positions is one error"
 
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" --bogus && grep -qx "lmtune: error: unknown flag --bogus (lmtune generate --help lists the flags)" "$T/err"' "generate: unknown flag"
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" --temp=-1 && grep -qx "lmtune: error: --temp: expected a number >= 0, got \"-1\"" "$T/err"' "generate: bad --temp"
