@@ -7,6 +7,7 @@
 #include "cli/args.c"
 #include <unistd.h>
 #include "check.h"
+#include "yaml_file.h"
 
 typedef struct {
     int vocab;
@@ -42,15 +43,6 @@ static int parse(Opts *o, const char *line) {
     o->files.items[0] = "default.txt";
     o->files.count = 1;
     return args_parse(&TABLE, o, argc, argv, &o->parsed);
-}
-
-static const char *write_yaml(const char *text) {
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/lmtune_test_args_table_%d.yaml", (int)getpid());
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    return path;
 }
 
 int main(void) {

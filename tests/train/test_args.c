@@ -5,6 +5,7 @@
 #include "cli/args.c"
 #include <unistd.h>
 #include "check.h"
+#include "yaml_file.h"
 
 static int parse(TrainArgs *a, const char *line) {
     char buf[2048], *argv[64];
@@ -18,15 +19,6 @@ static int parse(TrainArgs *a, const char *line) {
     memcpy(keep, buf, sizeof buf);
     for (int i = 0; i < argc; i++) argv[i] = keep + (argv[i] - buf);
     return train_args_parse(a, argc, argv);
-}
-
-static const char *write_yaml(const char *text) {
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/lmtune_test_args_%d.yaml", (int)getpid());
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    return path;
 }
 
 int main(void) {
