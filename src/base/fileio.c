@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <libgen.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -192,6 +193,9 @@ long atomic_remove_stale(const char *dir) {
         mem_free(path);
     }
     closedir(d);
+    if (removed > 0)
+        fprintf(stderr, "[WARNING] %s: removed %ld temporary file%s left by an interrupted save\n", dir, removed,
+                removed == 1 ? "" : "s");
     return removed;
 }
 

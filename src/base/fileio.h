@@ -36,8 +36,10 @@ int atomic_commit(AtomicFile *f);
 void atomic_abort(AtomicFile *f);
 /* Removes DIR's temporary files ("NAME.tmp.PID") whose writer PID is no
  * longer alive: what a process killed inside a save (kill -9, power loss)
- * leaves behind. Files of live processes are kept. Returns the number
- * removed (0 when DIR does not exist), or -1 on an unreadable directory. */
+ * leaves behind. Files of live processes are kept. Prints one warning on
+ * stderr when it removed any ("[WARNING] DIR: removed N temporary files
+ * left by an interrupted save"). Returns the number removed (0 when DIR
+ * does not exist), or -1 on an unreadable directory. */
 long atomic_remove_stale(const char *dir);
 /* Convenience: writes one buffer atomically. */
 int atomic_write_file(const char *path, const void *data, size_t size);

@@ -1,11 +1,13 @@
 /* cmd_fuse.c: `lmtune fuse`: merges an adapter into the base model (as
  * mlx_lm.fuse) and exports it as a PEFT adapter or a GGUF LoRA adapter. The
  * flags are an args table (cli/args.h), parsed, checked and listed by --help
- * as every command's. */
+ * as every command's. Temporary files a killed earlier run left in the
+ * output folders are removed first. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include "base/error.h"
+#include "base/fileio.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/fuse.h"
@@ -41,6 +43,10 @@ int cmd_fuse(int argc, char **argv) {
                   .max_shard_size = 5000000000ull};
     if (args_parse(&FUSE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
+    /* what a fuse or export killed inside a save left in its output folders */
+    const char *outputs[2] = {a.no_fuse ? NULL : a.save_path, a.export_peft};
+    for (int i = 0; i < 2; i++)
+        if (outputs[i] && atomic_remove_stale(outputs[i]) < 0) die_with_error();
     if (!a.no_fuse) {
         printf("Loading pretrained model\n");
         if (fuse_model(a.model, a.adapter_path, a.save_path, a.max_shard_size) < 0) die_with_error();

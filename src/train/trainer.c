@@ -347,13 +347,7 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     int rc = -1;
     if (cfg->adapter_path) {
         if (dir_ensure(cfg->adapter_path) < 0) return -1;
-        if (dist_rank() == 0) {
-            long stale = atomic_remove_stale(cfg->adapter_path);
-            if (stale < 0) return -1;
-            if (stale > 0)
-                fprintf(stderr, "[WARNING] %s: removed %ld temporary file%s left by an interrupted save\n",
-                        cfg->adapter_path, stale, stale == 1 ? "" : "s");
-        }
+        if (dist_rank() == 0 && atomic_remove_stale(cfg->adapter_path) < 0) return -1;
         L.adapters_file = path_join(cfg->adapter_path, ADAPTERS_FILE);
         L.state_file = path_join(cfg->adapter_path, STATE_FILE);
         if (!L.adapters_file || !L.state_file) goto out;
