@@ -38,10 +38,21 @@ static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, in
     return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
 }
 
+/* The number of distinct batch widths of the run's data sets, or -1 (out of
+ * memory: error set). */
 static int distinct_widths(const RunShape *a, const RunInputs *in) {
-    int n = batch_distinct_widths(in->train, a->batch_size, a->max_seq_length);
-    if (in->valid) n += batch_distinct_widths(in->valid, a->batch_size, a->max_seq_length);
-    if (in->test && a->test) n += batch_distinct_widths(in->test, a->batch_size, a->max_seq_length);
+    const Dataset *sets[3] = { in->train, in->valid, in->test && a->test ? in->test : NULL };
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!sets[i]) {
+            continue;
+        }
+        int k = batch_distinct_widths(sets[i], a->batch_size, a->max_seq_length);
+        if (k < 0) {
+            return -1;
+        }
+        n += k;
+    }
     return n;
 }
 
@@ -81,7 +92,9 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     if (in->test && a->test) data += dataset_bytes(in->test);
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
     TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
-    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, distinct_widths(a, in)), false));
+    int widths = distinct_widths(a, in);
+    TRY(widths);
+    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, widths), false));
     if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
