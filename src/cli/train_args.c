@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 #include "base/error.h"
+#include "kernels/matmul.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
 #define POS ARG_AT_LEAST(1, "a positive integer")
@@ -342,9 +343,17 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             spec->lora_keys |= 1u << p;
         }
     }
-    if (!strcmp(a->weights_dtype, "bf16")) spec->weight_dtype = DTYPE_BF16;
-    else if (!strcmp(a->weights_dtype, "f32")) spec->weight_dtype = DTYPE_F32;
-    else spec->weight_dtype = cfg->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    if (!strcmp(a->weights_dtype, "bf16")) {
+        if (!matmul_bf16_supported()) {
+            return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
+                             "AVX-512 on); use f32 or auto");
+        }
+        spec->weight_dtype = DTYPE_BF16;
+    } else if (!strcmp(a->weights_dtype, "f32")) {
+        spec->weight_dtype = DTYPE_F32;
+    } else {
+        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype);
+    }
     spec->training = true;
     out->model_dir = a->model;
     out->batch_size = a->batch_size;

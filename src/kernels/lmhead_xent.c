@@ -10,18 +10,24 @@
  *   logits (chunk, V)  logits, then dlogits (for a BF16 weight, each row's
  *                      dlogits are rounded to bf16 in place, in the first half
  *                      of the row, and read with a row stride of 2V bf16)
- *   drows  (chunk, C)  dinp of the gathered rows before the scatter */
+ *   drows  (chunk, C)  dinp of the gathered rows before the scatter
+ *
+ * Compiled twice in the portable build (kernels/isa.h): the softmax's
+ * exponentials run on 16-float vectors, one register with AVX-512. */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 #include "base/error.h"
 
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
+#endif
 
 /* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax
  * - onehot), as floats, or (bf16_out) rounded to bf16 in the first half of
@@ -63,7 +69,7 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     return loss;
 }
 
-double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
+double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
                    const int *targets, const float *row_weight, float *scratch,
                    int chunk, int N, int C, int V) {
     if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
@@ -125,6 +131,8 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
     return total;
 }
 
+#ifndef LT_ISA_AVX512
 void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V) {
     linear_forward(out, inp, weight, wtype, NULL, N, C, V);
 }
+#endif

@@ -65,6 +65,15 @@ void matmul_profile_report(bool print);
 /* Destroys every cached primitive and the engine (end of program, tests). */
 void matmul_release_all(void);
 
+/* Whether oneDNN multiplies bf16 on this CPU: it has bf16 kernels from
+ * AVX-512 on (AVX512_CORE, native with AVX512_BF16), none below (oneDNN 2.6
+ * on AVX2, or with LMTUNE_NO_AVX512); asked once. */
+bool matmul_bf16_supported(void);
+/* The dtype frozen matrices stored as `stored` are multiplied in by
+ * default: BF16 where bf16 products exist, else F32 (so a bf16 model runs
+ * everywhere, converted at load where bf16 products do not exist). */
+DType matmul_weight_dtype(DType stored);
+
 /* Rounds n floats to bf16 (nearest even); OpenMP-parallel for large n. */
 void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 /* Rounds src (rows, cols) to bf16 into the conversion scratch set by

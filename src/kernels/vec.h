@@ -4,6 +4,14 @@
  * src/kernels. */
 #ifndef LT_KERNELS_VEC_H
 #define LT_KERNELS_VEC_H
+#include "base/dtype.h"
+
+/* Without AVX-512 (the portable baseline) a 64-byte vector is two AVX2
+ * registers; GCC warns that returning one would change the ABI of a
+ * non-inline function. These are all static inline, so no ABI exists. */
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4))); /* unaligned access */
@@ -39,14 +47,12 @@ static inline v16 exp16(v16 x) {
     return p * (v16)e;
 }
 
-/* 16 floats rounded to bf16 exactly as f32_to_bf16 (dtype.h) does: nearest
- * even, NaN stays a quiet NaN, subnormals rounded, not flushed. */
+/* 16 floats rounded to bf16 by the rule of f32_to_bf16 (base/dtype.h,
+ * LT_BF16_ROUND): the same expression, lane by lane. */
 static inline void store16_bf16(unsigned short *dst, v16 x) {
     v16w u = (v16w)x;
-    v16w rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     v16w nan = (v16w)((u & 0x7fffffffu) > 0x7f800000u);
-    v16w quiet = (u >> 16) | 0x40u;
-    *(v16hu *)dst = __builtin_convertvector((rounded & ~nan) | (quiet & nan), v16h);
+    *(v16hu *)dst = __builtin_convertvector(LT_BF16_ROUND(u, nan), v16h);
 }
 
 #endif

@@ -180,7 +180,7 @@ int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan)
         snprintf(what[nl], 96, "--max-seq-length %d", v.max_seq_length);
         lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
     }
-    if (a->spec.weight_dtype != DTYPE_BF16) {
+    if (a->spec.weight_dtype != DTYPE_BF16 && matmul_bf16_supported()) {
         v = *a; v.spec.weight_dtype = DTYPE_BF16;
         snprintf(what[nl], 96, "--weights-dtype bf16");
         lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;

@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/safetensors.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -83,7 +84,7 @@ int model_open_inference(Model **out, Arena *arena, const char *model_dir, const
     spec.max_rows = rows;
     spec.max_tokens = tokens;
     spec.kv_cache_tokens = kv_tokens;
-    spec.weight_dtype = cfg.torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    spec.weight_dtype = matmul_weight_dtype(cfg.torch_dtype);
     spec.training = false;
     if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, &spec));
     MemPlan plan = {0};

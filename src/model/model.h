@@ -37,9 +37,9 @@ typedef struct {
     bool grad_checkpoint;
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
-    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in
-                               (F32/BF16 in the file are used as stored; this
-                               applies to F16 files and to `--weights-dtype`) */
+    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in;
+                               converted at load when the file's differs
+                               (default: matmul_weight_dtype of the file's) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */

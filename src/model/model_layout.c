@@ -70,7 +70,7 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
         return error_set("model: weights of dtype %s are not supported (F32, BF16, F16)", dtype_name(file_dtype));
     d->file_dtype = file_dtype;
-    if (file_dtype == DTYPE_F16 || (file_dtype == DTYPE_F32 && spec->weight_dtype == DTYPE_BF16)) {
+    if (file_dtype != spec->weight_dtype) { /* F16 always; BF16 -> F32 where bf16 products do not exist */
         d->convert = true; d->run_dtype = spec->weight_dtype;
     } else {
         d->convert = false; d->run_dtype = file_dtype;

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "kernels/matmul.h"
 #include "memory/plan.h"
 #include "model/model.h"
 
@@ -66,7 +67,9 @@ static inline int refcase_read(RefCase *rc, const char *dir, const char *name) {
     rc->trajectory = json_object_get(j, "updates") != NULL;
     json_decref(j);
     s->max_rows = rc->B; s->max_tokens = rc->W - 1;
-    s->weight_dtype = DTYPE_F32;
+    /* bf16 weights are multiplied as stored where the CPU has bf16 products,
+     * else converted to fp32 at load (what lmtune does by default) */
+    s->weight_dtype = rc->bf16 ? matmul_weight_dtype(DTYPE_BF16) : DTYPE_F32;
     s->training = true;
     s->lmhead_chunk = 8;   /* several chunks even for these tiny batches */
     return 0;

@@ -9,6 +9,7 @@
  * checkpointing and must give bit-identical gradients. */
 #include "check.h"
 #include "model_testutil.h"
+#include "kernels/isa.h"
 #include <math.h>
 
 static double norm_rel(const float *a, const float *b, size_t n) {
@@ -87,8 +88,9 @@ static int run_case(const RefCase *rc, bool ckpt, float **grads_out, size_t *gra
         const float *rl = st_f32(&ex, "logits", nl);
         CHECK(rl != NULL);
         double lr = rl ? rel_error(logits, rl, nl) : 1;
-        printf("%-24s %-5s loss %.6f ref %.6f rel %.1e | logits %.1e | grads worst %.1e (%s) norm %.1e | %zu tensors\n",
-               rc->name, rc->bf16 ? "bf16" : "fp32", loss, el[0], loss_rel, lr, worst_grad, worst_name, worst_norm, nt);
+        const char *path = !rc->bf16 ? "fp32" : rc->spec.weight_dtype == DTYPE_BF16 ? "bf16" : "bf16 as fp32";
+        printf("%-24s %-12s loss %.6f ref %.6f rel %.1e | logits %.1e | grads worst %.1e (%s) norm %.1e | %zu tensors\n",
+               rc->name, path, loss, el[0], loss_rel, lr, worst_grad, worst_name, worst_norm, nt);
         if (rc->bf16) {
             CHECK(loss_rel <= 1e-3); CHECK(lr <= 3e-2); CHECK(worst_grad <= 3e-2); CHECK(worst_norm <= 1e-2);
         } else {
@@ -103,6 +105,7 @@ static int run_case(const RefCase *rc, bool ckpt, float **grads_out, size_t *gra
 }
 
 int main(void) {
+    printf("kernels: %s; bf16 products: %s\n", isa_describe(), matmul_bf16_supported() ? "yes" : "no (bf16 cases run as fp32)");
     static char names[64][256];
     int n = refcase_list(names, 64), ran = 0;
     CHECK_MSG(n > 0, "no reference cases under tests/ref/data (committed; tests/ref/gen_refs.py writes them)");
