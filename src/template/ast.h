@@ -72,14 +72,16 @@ struct ChatTemplate {
 
 /* chat_template_parse.c: block allocator of the tree; line:col (1-based,
  * columns in code points) of an offset of the original source. */
+/* parse.c */
 void *ct_alloc(ChatTemplate *t, size_t bytes);
+/* shared.c: line and column of a source offset; bytes of the JavaScript
+ * `\s` whitespace character at s[i] / ending at s[end] (0: none). */
 void ct_where(const char *source, size_t off, uint32_t *line, uint32_t *col);
-/* Bytes of the JavaScript `\s` whitespace character at s[i] / ending at s[end] (0: none). */
 size_t ct_ws_at(const char *s, size_t n, size_t i);
 size_t ct_ws_before(const char *s, size_t end);
-/* chat_template_eval.c */
+/* eval.c */
 int ct_render(const ChatTemplate *t, json_t *context, char **out, size_t *out_len);
-/* Known filters and tests, checked at compile time. */
+/* filters.c: known filters and tests, checked at compile time. */
 bool ct_filter_known(const char *name);
 bool ct_test_known(const char *name);
 #endif

@@ -41,30 +41,6 @@ static char *ct_strndup(ChatTemplate *t, const char *s, size_t n) {
     return d;
 }
 
-/* ---------------------------------------------------------------- whitespace */
-
-/* Bytes of the JavaScript `\s` character starting at s[i] (0 if none). */
-size_t ct_ws_at(const char *s, size_t n, size_t i) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == ' ' || (c >= 9 && c <= 13)) return 1;
-    if (c < 0xC2) return 0;
-    const unsigned char *u = (const unsigned char *)s + i;
-    if (c == 0xC2 && i + 1 < n && u[1] == 0xA0) return 2;
-    if (i + 2 >= n) return 0;
-    if (c == 0xE1 && u[1] == 0x9A && u[2] == 0x80) return 3;
-    if (c == 0xE2 && u[1] == 0x80 && ((u[2] >= 0x80 && u[2] <= 0x8A) || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF)) return 3;
-    if (c == 0xE2 && u[1] == 0x81 && u[2] == 0x9F) return 3;
-    if (c == 0xE3 && u[1] == 0x80 && u[2] == 0x80) return 3;
-    if (c == 0xEF && u[1] == 0xBB && u[2] == 0xBF) return 3;
-    return 0;
-}
-
-/* Bytes of the whitespace character ending just before s[end] (0 if none). */
-size_t ct_ws_before(const char *s, size_t end) {
-    for (size_t k = 1; k <= 3 && k <= end; k++)
-        if (ct_ws_at(s, end, end - k) == k) return k;
-    return 0;
-}
 
 /* ---------------------------------------------------------------- preprocess */
 
@@ -170,14 +146,6 @@ typedef struct {
     int depth;
 } Parser;
 
-void ct_where(const char *source, size_t off, uint32_t *line, uint32_t *col) {
-    uint32_t l = 1, c = 1;
-    for (size_t i = 0; i < off && source[i]; i++) {
-        if (source[i] == '\n') { l++; c = 1; }
-        else if (((unsigned char)source[i] & 0xC0) != 0x80) c++;
-    }
-    *line = l; *col = c;
-}
 
 static uint32_t orig_offset(const Parser *p, size_t at) { return p->src.at[at < p->src.n ? at : p->src.n]; }
 
