@@ -33,6 +33,8 @@ TEST_PKGS=(
   "nodejs"                          # the JavaScript references (tests/node: tokenizers, @huggingface/jinja)
   "clang libomp-dev"                # tests/fuzz/test_fuzz_smoke.sh: the libFuzzer targets
   "util-linux"                      # unshare: tests/faults/test_write_failures.sh mounts a tmpfs without root
+  "qemu-user"                       # tests/cli/test_portable.sh: the portable binary on a Haswell CPU (no AVX-512)
+  "gcc-aarch64-linux-gnu"           # make cross-check (CI): every source file compiles for aarch64
   # Other references join here, one line each (and the npm folders below):
   # "chromium"                      # the HTML report rendered by a real browser (branch report)
 )
