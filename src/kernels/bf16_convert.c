@@ -9,7 +9,7 @@
 
 void ISA_FN(matmul_f32_to_bf16)(uint16_t *dst, const float *src, size_t n) {
     size_t blocks = n / 16;
-    #pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t b = 0; b < blocks; b++) {
         store16_bf16(dst + 16 * b, load16(src + 16 * b));
     }

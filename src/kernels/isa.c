@@ -37,8 +37,7 @@ static void isa_detect(void) {
      * registers (XCR0). */
     __builtin_cpu_init();
     bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512vl");
+        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     isa_use_avx512 = cpu && !off;
     if (isa_use_avx512) {
         isa_text = "x86-64-v3 + AVX-512 kernels";
@@ -52,9 +51,7 @@ static void isa_detect(void) {
 #endif
 }
 
-void isa_init(void) {
-    pthread_once(&isa_once, isa_detect);
-}
+void isa_init(void) { pthread_once(&isa_once, isa_detect); }
 
 bool isa_avx512(void) {
     isa_init();
@@ -73,8 +70,8 @@ extern __typeof__(attention_backward) attention_backward_base, attention_backwar
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KVH, int D) {
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
+                       int KVH, int D) {
     if (isa_avx512()) {
         attention_forward_avx512(out, lse, q, k, v, B, T, H, KVH, D);
     } else {
@@ -83,8 +80,8 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                        const float *v, const float *out, const float *lse, float *workspace,
-                        int B, int T, int H, int KVH, int D) {
+                        const float *v, const float *out, const float *lse, float *workspace, int B, int T, int H,
+                        int KVH, int D) {
     if (isa_avx512()) {
         attention_backward_avx512(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D);
     } else {
@@ -92,8 +89,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     }
 }
 
-double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
-                   const int *targets, const float *row_weight, float *scratch, int chunk, int N, int C, int V) {
+double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype, const int *targets,
+                   const float *row_weight, float *scratch, int chunk, int N, int C, int V) {
     if (isa_avx512()) {
         return lmhead_xent_avx512(dinp, row_loss, inp, weight, wtype, targets, row_weight, scratch, chunk, N, C, V);
     }

@@ -19,7 +19,8 @@ size_t ct_ws_at(const char *s, size_t n, size_t i) {
     if (c == 0xC2 && i + 1 < n && u[1] == 0xA0) return 2;
     if (i + 2 >= n) return 0;
     if (c == 0xE1 && u[1] == 0x9A && u[2] == 0x80) return 3;
-    if (c == 0xE2 && u[1] == 0x80 && ((u[2] >= 0x80 && u[2] <= 0x8A) || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF)) return 3;
+    if (c == 0xE2 && u[1] == 0x80 && ((u[2] >= 0x80 && u[2] <= 0x8A) || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF))
+        return 3;
     if (c == 0xE2 && u[1] == 0x81 && u[2] == 0x9F) return 3;
     if (c == 0xE3 && u[1] == 0x80 && u[2] == 0x80) return 3;
     if (c == 0xEF && u[1] == 0xBB && u[2] == 0xBF) return 3;
@@ -36,10 +37,14 @@ size_t ct_ws_before(const char *s, size_t end) {
 void ct_where(const char *source, size_t off, uint32_t *line, uint32_t *col) {
     uint32_t l = 1, c = 1;
     for (size_t i = 0; i < off && source[i]; i++) {
-        if (source[i] == '\n') { l++; c = 1; }
-        else if (((unsigned char)source[i] & 0xC0) != 0x80) c++;
+        if (source[i] == '\n') {
+            l++;
+            c = 1;
+        } else if (((unsigned char)source[i] & 0xC0) != 0x80)
+            c++;
     }
-    *line = l; *col = c;
+    *line = l;
+    *col = c;
 }
 
 /* ---------------------------------------------------------------- UTF-8 */
@@ -87,7 +92,8 @@ int count_iterations(Ctx *c, const Node *at, long n) {
 
 int count_work(Ctx *c, const Node *at, size_t bytes) {
     if (bytes > CHAT_TEMPLATE_MAX_WORK || c->work + bytes > CHAT_TEMPLATE_MAX_WORK)
-        return rt_error(c, at, "chat template: work limit of %lu bytes of strings exceeded", (unsigned long)CHAT_TEMPLATE_MAX_WORK);
+        return rt_error(c, at, "chat template: work limit of %lu bytes of strings exceeded",
+                        (unsigned long)CHAT_TEMPLATE_MAX_WORK);
     c->work += bytes;
     return 0;
 }
