@@ -9,8 +9,8 @@
 # Each runs the PyTorch reference cases (model/test_reference,
 # train/test_ref_train), the ISA checks (kernels/test_isa) and the demo test
 # (cli/test_demo_short.sh: its answers word for word). The sanitized suite
-# runs part 1 and the reference cases of part 2 (the demo under both QEMU
-# and the sanitizers would take most of an hour).
+# runs part 1 only: AddressSanitizer's shadow memory does not map under
+# QEMU user mode, and the plain suite runs part 2.
 # test-timeout: 1500
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -72,14 +72,11 @@ printf '#!/bin/sh\nexec qemu-x86_64 -cpu %s "%s" "$@"\n' "$QEMU_CPU" "$(realpath
 chmod +x "$NOAVX" "$QEMU"
 demo no-avx512 "$NOAVX"
 
-run_refs qemu-haswell qemu-x86_64 -cpu "$QEMU_CPU"
-# The binary itself on a CPU without AVX-512: it starts and says so.
-checks=$((checks+1))
-"$QEMU" init --preset tiny --out "$T/init" >/dev/null || bad "lmtune init under QEMU"
-if [ "${SANITIZE:-0}" != 1 ]; then
-  demo qemu-haswell "$QEMU"
+if [ "${SANITIZE:-0}" = 1 ]; then
+  echo "qemu-haswell: in the plain suite only (ASan's shadow memory does not map under QEMU user mode)"
 else
-  echo "qemu-haswell demo: in the plain suite only (under the sanitizers it would take most of an hour)"
+  run_refs qemu-haswell qemu-x86_64 -cpu "$QEMU_CPU"
+  demo qemu-haswell "$QEMU"
 fi
 echo "summary cli/portable: $checks checks, $fail failed"
 [ $fail -eq 0 ]
