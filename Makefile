@@ -29,7 +29,8 @@ ifeq ($(NATIVE),1)
   ARCH := -march=native
   FLAVOUR := $(FLAVOUR)-native
 else ifneq ($(filter x86_64-%,$(MACHINE)),)
-  ARCH := -march=x86-64-v3 -DLT_ISA_DISPATCH
+  # -Wno-psabi: kernels/vec.h passes 64-byte vectors to inlined functions only
+  ARCH := -march=x86-64-v3 -DLT_ISA_DISPATCH -Wno-psabi
   ISA_VARIANTS := 1
 else
   ARCH :=

@@ -179,13 +179,13 @@ static const float *tile_view(float *buf, int *ld, int Dp, const float *src, int
     return buf;
 }
 
-static inline v16 lane_index16(void) { return (v16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+VEC_INLINE v16 lane_index16(void) { return (v16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
 /* x where lane j + t < limit, else fill */
-static inline v16 keep_below16(v16 x, int j, int limit, float fill) {
+VEC_INLINE v16 keep_below16(v16 x, int j, int limit, float fill) {
     v16i keep = lane_index16() + splat16((float)j) < splat16((float)limit);
     return (v16)(((v16i)x & keep) | ((v16i)splat16(fill) & ~keep));
 }
-static inline v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
+VEC_INLINE v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
 
 static int pad16(int D) { return (D + 15) & ~15; }
 
