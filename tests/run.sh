@@ -5,6 +5,7 @@
 # "SKIP: reason": something it needs is not installed) and fails otherwise,
 # also when it runs past its time limit.
 # Env: LMTUNE_BIN (the CLI under test), TEST_FILTER (substring to select),
+#      TEST_EXCLUDE (space-separated substrings to leave out; not counted),
 #      LMTUNE_TEST_STRICT=1 (a skipped test fails the run: .ci/run, make test),
 #      LMTUNE_TEST_TIMEOUT (seconds per test; default 300, 900 under
 #      SANITIZE=1; a test may ask for more with a "test-timeout: N" line near
@@ -50,6 +51,12 @@ run_one() {
   if [ -n "${TEST_FILTER:-}" ] && [[ "$name" != *"$TEST_FILTER"* ]]; then
     return
   fi
+  local x
+  for x in ${TEST_EXCLUDE:-}; do
+    if [[ "$name" == *"$x"* ]]; then
+      return
+    fi
+  done
   local log t0 limit rc=0
   log="$logdir/$(echo "$name" | tr '/' '_').log"
   t0=$(date +%s.%N)
