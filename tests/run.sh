@@ -97,6 +97,10 @@ if [ $skip -gt 0 ]; then
   echo "skipped: ${skipped[*]} (scripts/install-deps.sh --test installs what they need)"
 fi
 echo "$pass passed, $fail failed, $skip skipped"
+if [ $((pass + fail + skip)) -eq 0 ]; then
+  echo "no test ran (TEST_FILTER=${TEST_FILTER:-} TEST_EXCLUDE=${TEST_EXCLUDE:-})"
+  exit 1
+fi
 if [ $skip -gt 0 ] && [ "$strict" = 1 ]; then
   echo "strict mode (LMTUNE_TEST_STRICT=1): a skipped test fails the run"
   exit 1
