@@ -11,7 +11,7 @@
 # (cli/test_demo_short.sh: its answers word for word). The sanitized suite
 # runs part 1 only: AddressSanitizer's shadow memory does not map under
 # QEMU user mode, and the plain suite runs part 2.
-# test-timeout: 1500
+# test-timeout: 2400
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build/rel}
