@@ -8,8 +8,8 @@
 #ifndef LT_RUN_RECORD_H
 #define LT_RUN_RECORD_H
 #include <stddef.h>
-#include "cli/args.h"
-#include "cli/run_plan.h"
+#include "cli/run_data.h"
+#include "cli/train_args.h"
 #include "memory/plan.h"
 #include "model/model.h"
 
