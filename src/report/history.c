@@ -82,7 +82,7 @@ static int read_event(Reader *r, json_t *o, const char *event, int it, double ti
     }
     HistSegment *seg = current_segment(r, time);
     TRY_PTR(seg);
-    if (isfinite(time)) seg->last_time = time;
+    if (isfinite(time) && !(time <= seg->last_time)) seg->last_time = time;
     if (!strcmp(event, "skip")) {
         HistSkip *k = grow(h->skip, h->n_skip, &r->cap_skip, sizeof *k);
         TRY_PTR(k);
@@ -119,7 +119,7 @@ static int read_record(Reader *r, json_t *o) {
     }
     HistSegment *seg = current_segment(r, time);
     TRY_PTR(seg);
-    if (isfinite(time)) seg->last_time = time;
+    if (isfinite(time) && !(time <= seg->last_time)) seg->last_time = time;
     if (it > seg->last_iteration) seg->last_iteration = it;
     if (json_object_get(o, "train_loss")) {
         HistTrain *t = grow(h->train, h->n_train, &r->cap_train, sizeof *t);

@@ -158,8 +158,6 @@ static double fy(const Frame *fr, double y) {
 }
 static bool plottable(const Chart *c, double y) { return isfinite(y) && (!c->ylog || y > 0); }
 
-static int g_clip_id;   /* clip paths need document-unique ids */
-
 /* Legend entries (deduplicated by text), left to right from x; returns the x after them. */
 static double legend_item(FILE *f, double x, double y, const char *text, const char *color, bool dashed, char shape) {
     if (shape) {
@@ -309,9 +307,10 @@ void svg_chart(FILE *f, const Chart *c) {
     if (c->ylog) fputs(" (log scale)", f);
     fputs("</text>\n", f);
     /* the data, clipped to the plot */
-    int clip = ++g_clip_id;
-    fprintf(f, "<clipPath id=\"clip%d\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n"
-            "<g clip-path=\"url(#clip%d)\">\n", clip, fr.L - 9, fr.T - 9, fr.W + 18, fr.H + 18, clip);
+    /* clip paths need document-unique ids: the chart's name */
+    const char *clip = c->name ? c->name : "chart";
+    fprintf(f, "<clipPath id=\"clip-%s\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n"
+            "<g clip-path=\"url(#clip-%s)\">\n", clip, fr.L - 9, fr.T - 9, fr.W + 18, fr.H + 18, clip);
     for (size_t i = 0; i < c->n_vlines; i++) {
         const ChartLine *v = &c->vlines[i];
         if (!isfinite(v->at)) continue;

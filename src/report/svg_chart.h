@@ -46,7 +46,7 @@ typedef struct {
 #define CHART_MAX_HLINES 4
 
 typedef struct {
-    const char *name;                   /* data-chart: how tests find it */
+    const char *name;                   /* data-chart, and the clip path's id: unique in a page */
     const char *title;
     const char *xlabel, *ylabel;        /* with units */
     const char *css_class;              /* extra class of the <svg> */
