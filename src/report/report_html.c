@@ -25,7 +25,7 @@
 #define C_RESUME "#7f7f7f"
 #define C_PEAK "#1d2330"
 #define C_PLAN "#4c72b0"
-#define C_LIMIT "#d62728"
+#define C_LIMIT "#a50f15"
 
 /* The series of the charts, taken from the history once. */
 typedef struct {
