@@ -107,7 +107,7 @@ static json_t *data_set_json(const char *split, const Dataset *d, const TrainArg
                      isfinite(pad) ? json_real(pad) : json_null());
 }
 
-static json_t *command_json(int argc, char **argv) {
+char *run_record_command(int argc, char **argv) {
     size_t len = 8;
     for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 3;
     char *s = mem_alloc(len);
@@ -117,7 +117,12 @@ static json_t *command_json(int argc, char **argv) {
         bool quote = argv[i][0] == 0 || strpbrk(argv[i], " \t\"'$") != NULL;
         k += (size_t)snprintf(s + k, len - k, quote ? " '%s'" : " %s", argv[i]);
     }
-    json_t *j = json_string(s);
+    return s;
+}
+
+static json_t *command_json(int argc, char **argv) {
+    char *s = run_record_command(argc, argv);
+    json_t *j = s ? json_string(s) : NULL;
     mem_free(s);
     return j;
 }

@@ -30,4 +30,6 @@ typedef struct {
 } RunRecord;
 
 int run_record_write(const char *dir, const RunRecord *r);
+/* "lmtune train --model ... 'a b'": the command line as one string (heap). */
+char *run_record_command(int argc, char **argv);
 #endif

@@ -386,6 +386,27 @@ static void bytes_label(char *buf, size_t cap, double v, double scale_max) {
     else snprintf(buf, cap, "%.*f MB", v == 0 ? 0 : v < 1e7 ? 1 : 0, v / 1e6);
 }
 
+/* A bar's label, on two lines at a space when it is longer than the room
+ * left of the bars (about 27 characters). */
+static void bar_label(FILE *f, const char *label, double x, double y) {
+    const size_t room = 27;
+    size_t n = strlen(label);
+    const char *cut = NULL;
+    if (n > room)
+        for (const char *p = label + n / 3; *p && !cut; p++) if (*p == ' ') cut = p;
+    if (!cut) {
+        html_text(f, label);
+        return;
+    }
+    char first[256];
+    snprintf(first, sizeof first, "%.*s", (int)(cut - label), label);
+    fprintf(f, "<tspan x=\"%.1f\" y=\"%.1f\">", x, y - 7);
+    html_text(f, first);
+    fprintf(f, "</tspan><tspan x=\"%.1f\" y=\"%.1f\">", x, y + 8);
+    html_text(f, cut + 1);
+    fputs("</tspan>", f);
+}
+
 void svg_bars(FILE *f, const char *title, const Bar *bars, int n_bars, const ChartLine *vlines, int n_vlines,
               int width) {
     const double L = 200, R = 90, T = 34, bar_h = 26, gap = 16;
@@ -427,7 +448,7 @@ void svg_bars(FILE *f, const char *title, const Bar *bars, int n_bars, const Cha
         double y = T + b * (bar_h + gap), x = L, total = 0;
         fprintf(f, "<g class=\"bar\" data-bar=\"%s\"><text class=\"blabel\" x=\"%.1f\" y=\"%.1f\" "
                 "text-anchor=\"end\">", bar->key, L - 8, y + bar_h / 2 + 4);
-        html_text(f, bar->label);
+        bar_label(f, bar->label, L - 8, y + bar_h / 2 + 4);
         fputs("</text>", f);
         for (int p = 0; p < bar->n_parts; p++) {
             const BarPart *part = &bar->parts[p];

@@ -195,5 +195,47 @@ ok '[ $rc -eq 1 ] && grep -q "an adapter directory is required" "$T/err"' "no di
 "$BIN" report --help > "$T/out" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ] && grep -q "^usage: lmtune report ADAPTER_DIR \[--out FILE\]" "$T/out"' "lmtune report --help"
+# 6. lmtune plan --html: the plan's stacked bar and each lever's. Each bar's classes equal,
+# byte for byte, the text table of `lmtune plan` run with that lever's flags (the measured
+# process baseline aside: each process measures its own).
+P=(plan --model "$T/model" --data "$T/data" --num-layers -1 --batch-size 4 --max-seq-length 48)
+"${BIN}" "${P[@]}" --memory-limit 25MB --html "$T/plan.html" > "$T/plan.txt" 2> "$T/plan.err"
+rc=$?
+ok '[ $rc -eq 1 ] && grep -q "^Plan page written to $T/plan.html$" "$T/plan.txt" && [ -s "$T/plan.html" ]' \
+  "plan --html over the limit: the page is written, the exit status is 1"
+"${BIN}" "${P[@]}" > "$T/plan_run.txt" 2>&1
+"${BIN}" "${P[@]}" --grad-checkpoint > "$T/plan_ckpt.txt" 2>&1
+"${BIN}" "${P[@]}" --batch-size 2 --grad-accumulation-steps 2 > "$T/plan_half.txt" 2>&1
+/usr/bin/python3 - "$T/plan.html" "$T/plan_run.txt" "$T/plan_ckpt.txt" "$T/plan_half.txt" <<'PY'
+import re, sys
+page = open(sys.argv[1]).read()
+bars = {}
+for m in re.finditer(r'<g class="bar" data-bar="\w+"><text[^>]*>(.*?)</text>(.*?)</g>', page):
+    label = re.sub(r'<[^>]+>', ' ', m.group(1)).split()
+    parts = dict(re.findall(r'data-part="([^"]+)" data-bytes="([0-9.e+]+)"', m.group(2)))
+    bars[' '.join(label)] = {k: float(v) for k, v in parts.items()}
+def table(path):   # the class rows of `lmtune plan`'s text table
+    rows = re.findall(r'^  (\S.*?)\s+(\d+)\s+\S+ \S+$', open(path).read(), re.M)
+    return {k: float(v) for k, v in rows if float(v) > 0 and not k.startswith('arena')}
+bad = []
+for label, path in (('this run', sys.argv[2]), ('--grad-checkpoint', sys.argv[3]),
+                    ('--batch-size 2 --grad-accumulation-steps 2', sys.argv[4])):
+    want = {k: v for k, v in table(path).items() if not k.startswith('process baseline')}
+    got = {k: v for k, v in bars.get(label, {}).items() if not k.startswith('process baseline')}
+    if not want or got != want:
+        bad.append('%s: bar %r, lmtune plan prints %r' % (label, got, want))
+print('plan page: %d bars (%s); 3 compared class by class with lmtune plan' % (len(bars), ', '.join(bars)))
+for b in bad: print('FAIL:', b)
+sys.exit(1 if bad or len(bars) < 5 else 0)
+PY
+rc=$?
+ok '[ $rc -eq 0 ]' "plan --html: the bars equal lmtune plan's tables"
+ok 'grep -q "<td>yes</td>" "$T/plan.html" && grep -q "\-\-memory-limit 25.0 MB" "$T/plan.html"' \
+  "the lever that fits is marked, the limit drawn"
+"${BIN}" "${P[@]}" --html "$T/nodir/x/plan.html" > /dev/null 2> "$T/err"
+rc=$?
+ok '[ $rc -eq 1 ] && grep -q "^lmtune: error: $T/nodir/x/plan.html: cannot write: No such file or directory" "$T/err"' \
+  "plan --html into a missing directory: $(cat "$T/err")"
+
 echo "summary report: $checks checks, $fail failed"
 [ $fail -eq 0 ]
