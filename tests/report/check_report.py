@@ -153,7 +153,8 @@ def main():
                 points_checked += 1
                 ok_y = abs(gy - wy) <= 1e-12 * max(1.0, abs(wy)) if log else gy == wy
                 if gx != wx or not ok_y:
-                    failures.append('%s/%s: point (%r, %r), the metrics file has (%r, %r)' % (name, key, gx, gy, wx, wy))
+                    failures.append('%s/%s: point (%r, %r), the metrics file has (%r, %r)' % (
+                        name, key, gx, gy, wx, wy))
                     break
     # the best validation point
     finite_val = [v for v in val if finite(v['val_loss'], False)]

@@ -36,9 +36,12 @@ ok '[ $rc -eq 0 ]' "plain run"
 ok '[ -s "$T/plain/report.html" ] && [ -s "$T/plain/run.json" ] && [ -s "$T/plain/metrics.jsonl" ]' \
   "report.html, run.json and metrics.jsonl in the adapter directory"
 check_report "$T/plain/report.html" "$T/plain/metrics.jsonl" --resumes 0 --skips 0 --clips
-ok '[ "$(grep -c "\"train_loss\"" "$T/plain/metrics.jsonl")" = 8 ] && [ "$(grep -c "\"val_loss\"" "$T/plain/metrics.jsonl")" = 5 ]' \
+count() { grep -c "$1" "$2"; }
+ok '[ "$(count "\"train_loss\"" "$T/plain/metrics.jsonl")" = 8 ] &&
+    [ "$(count "\"val_loss\"" "$T/plain/metrics.jsonl")" = 5 ]' \
   "8 report and 5 evaluation records"
-ok 'head -1 "$T/plain/metrics.jsonl" | grep -q "^{\"event\": \"start\", \"iteration\": 0, \"iters\": 16, \"resumed\": false"' \
+start='^{"event": "start", "iteration": 0, "iters": 16, "resumed": false'
+ok 'head -1 "$T/plain/metrics.jsonl" | grep -q "$start"' \
   "the history opens with a start event"
 ok 'tail -1 "$T/plain/metrics.jsonl" | grep -q "^{\"event\": \"end\", \"iteration\": 16, \"status\": \"completed\""' \
   "and ends with an end event"
@@ -46,13 +49,15 @@ ok 'grep -q "completed at iteration 16" "$T/plain/report.html"' "the report says
 ok 'grep -q "<code>--max-grad-norm</code></td><td>3</td><td>0</td>" "$T/plain/report.html"' \
   "a flag that differs from its default is listed with its default"
 ok '! grep -q "<code>--steps-per-eval</code></td><td>200" "$T/plain/report.html"' "a default flag is not listed"
-ok 'grep -q "data-part=\"optimizer moments\"" "$T/plain/report.html" && grep -q "data-bar=\"peak\"" "$T/plain/report.html"' \
+ok 'grep -q "data-part=\"optimizer moments\"" "$T/plain/report.html" &&
+    grep -q "data-bar=\"peak\"" "$T/plain/report.html"' \
   "the memory bars: the plan by class and the measured peak"
 ok 'grep -q "\-\-memory-limit 1.000 GB" "$T/plain/report.html"' "the memory limit is drawn"
 # the plan's classes in run.json add up to its total
 ok '/usr/bin/python3 -c "
 import json,sys; r=json.load(open(sys.argv[1])); p=r[\"plan\"]
-sys.exit(0 if sum(c[\"bytes\"] for c in p[\"classes\"]) == p[\"total\"] and r[\"effective_batch_size\"] == 2 else 1)" "$T/plain/run.json"' \
+total = sum(c[\"bytes\"] for c in p[\"classes\"])
+sys.exit(0 if total == p[\"total\"] and r[\"effective_batch_size\"] == 2 else 1)" "$T/plain/run.json"' \
   "run.json: the classes sum to the plan's total; effective batch 2"
 ok '! grep -qi "<script" "$T/plain/report.html" && ! grep -Eq "(src|href)=\"(https?:)?//" "$T/plain/report.html"' \
   "no script and no external asset"
@@ -145,14 +150,16 @@ out = open(sys.argv[1], 'w')
 def w(**r): out.write(json.dumps(r) + '\n')
 w(event='start', iteration=0, iters=12, resumed=False, world=1, pid=1, host='elsewhere', time=1000.0)
 for it in range(1, 11):
-    if it % 4 == 1: w(iteration=it, val_loss=3.0 - it / 10, val_time=0.1, trained_tokens=100 * (it - 1), time=1000.0 + it)
+    if it % 4 == 1: w(iteration=it, val_loss=3.0 - it / 10, val_time=0.1, trained_tokens=100 * (it - 1),
+                      time=1000.0 + it)
     if it % 2 == 0: w(iteration=it, train_loss=3.5 - it / 10, learning_rate=1e-3, tokens_per_second=50.0 + it,
                       trained_tokens=100 * it, peak_memory=0.5, grad_norm=1.0 / it, grad_norm_max=2.0 / it,
                       updates=2, clipped_updates=0, skipped_updates=0, time=1000.0 + it)
 w(event='skip', iteration=9, reason='loss', skipped_updates=1, time=1009.0)
 w(event='start', iteration=6, iters=12, resumed=True, world=1, pid=2, host='elsewhere', time=2000.0)
 for it in range(7, 13):
-    if it % 4 == 1: w(iteration=it, val_loss=2.0 - it / 10, val_time=0.1, trained_tokens=100 * (it - 1), time=2000.0 + it)
+    if it % 4 == 1: w(iteration=it, val_loss=2.0 - it / 10, val_time=0.1, trained_tokens=100 * (it - 1),
+                      time=2000.0 + it)
     if it % 2 == 0: w(iteration=it, train_loss=2.5 - it / 10, learning_rate=1e-3, tokens_per_second=60.0 + it,
                       trained_tokens=100 * it, peak_memory=0.6, grad_norm=1.0 / it, grad_norm_max=2.0 / it,
                       updates=2, clipped_updates=1, skipped_updates=0, time=2000.0 + it)
@@ -172,7 +179,8 @@ sed -i '3s/.*/{"iteration": 3, "train_loss": /' "$T/plain/metrics.jsonl"
 before=$(md5sum < "$T/plain/report.html")
 "$BIN" report "$T/plain" > "$T/out" 2> "$T/err"
 rc=$?
-ok '[ $rc -eq 1 ] && [ "$(wc -l < "$T/err")" = 1 ] && grep -q "^lmtune: error: $T/plain/metrics.jsonl:3: not a JSON object: " "$T/err"' \
+ok '[ $rc -eq 1 ] && [ "$(wc -l < "$T/err")" = 1 ] &&
+    grep -q "^lmtune: error: $T/plain/metrics.jsonl:3: not a JSON object: " "$T/err"' \
   "a broken record in the middle: $(cat "$T/err")"
 ok '[ "$before" = "$(md5sum < "$T/plain/report.html")" ] && ! ls "$T"/plain/*.tmp.* >/dev/null 2>&1' \
   "the previous report is unchanged, no temporary file"
@@ -188,7 +196,8 @@ ok '[ $rc -eq 1 ] && grep -q "^lmtune: error: $T/nowhere: no such directory" "$T
 mkdir -p "$T/empty"
 "$BIN" report "$T/empty" > "$T/out" 2> "$T/err"
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "^lmtune: error: $T/empty/metrics.jsonl: no such file" "$T/err"' "a directory without a history"
+ok '[ $rc -eq 1 ] && grep -q "^lmtune: error: $T/empty/metrics.jsonl: no such file" "$T/err"' \
+  "a directory without a history"
 "$BIN" report > "$T/out" 2> "$T/err"
 rc=$?
 ok '[ $rc -eq 1 ] && grep -q "an adapter directory is required" "$T/err"' "no directory given"

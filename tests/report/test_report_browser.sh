@@ -10,7 +10,10 @@
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${LMTUNE_BIN:-$PWD/lmtune}
-command -v chromium >/dev/null || { echo "SKIP: chromium is not installed (scripts/install-deps.sh installs it)"; exit 77; }
+if ! command -v chromium >/dev/null; then
+  echo "SKIP: chromium is not installed (scripts/install-deps.sh installs it)"
+  exit 77
+fi
 T=$(mktemp -d /tmp/lmtune_browser.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail=0; checks=0

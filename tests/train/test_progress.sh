@@ -94,7 +94,8 @@ mask_dir = lambda s: re.sub(r'/tmp/lmtune_progress\.\w+/[ab]\b', 'DIR', s)
 got, want = mask_dir(mask(''.join(log))), mask_dir(mask(pipe))
 if got != want:
     import difflib
-    bad.append('the log differs from the piped one:\n' + '\n'.join(difflib.unified_diff(want.split('\n'), got.split('\n'), lineterm='')))
+    diff = difflib.unified_diff(want.split('\n'), got.split('\n'), lineterm='')
+    bad.append('the log differs from the piped one:\n' + '\n'.join(diff))
 for b in bad:
     print('FAIL:', b)
 print('%d progress frames (iterations %s..%s), %d log lines equal to the piped run\'s' % (
