@@ -41,6 +41,7 @@ static const char STYLE[] =
     "vertical-align:top}th{color:#5b6475;font-weight:600;font-size:12.5px}\n"
     "td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}\n"
     "code{font:12.5px ui-monospace,'DejaVu Sans Mono',monospace;word-break:break-all}\n"
+    ".flags code{word-break:normal;white-space:nowrap}.flags td{word-break:break-word}\n"
     ".chips{display:flex;flex-wrap:wrap;gap:4px 18px;margin:8px 0 0;font-size:13px}\n"
     ".sw-color{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:6px;vertical-align:-1px}\n"
     ".two{display:grid;grid-template-columns:1fr 1fr;gap:16px}\n"

@@ -156,10 +156,12 @@ static bool process_alive(const HistSegment *g) {
     return kill((pid_t)g->pid, 0) == 0 || errno == EPERM;
 }
 
-/* The run's state in words, and the class of its colour. */
-static const char *run_status(const History *h, char *buf, size_t cap) {
-    if (!h->n_seg) { snprintf(buf, cap, "no records yet"); return "status-warn"; }
+/* The run's state in a word (*word) and in a sentence (buf), and the class of its colour. */
+static const char *run_status(const History *h, char *buf, size_t cap, const char **word) {
+    *word = "no records";
+    if (!h->n_seg) { snprintf(buf, cap, "the history has no record yet"); return "status-warn"; }
     const HistSegment *g = &h->seg[h->n_seg - 1];
+    *word = g->ended ? g->status : "running";
     if (g->ended && !strcmp(g->status, "completed")) {
         snprintf(buf, cap, "completed at iteration %d", g->last_iteration);
         return "status-ok";
@@ -177,6 +179,7 @@ static const char *run_status(const History *h, char *buf, size_t cap) {
         snprintf(buf, cap, "running: iteration %d of %d (process %ld)", g->last_iteration, g->iters, g->pid);
         return "status-run";
     }
+    *word = "killed";
     snprintf(buf, cap, "no end record after iteration %d: the process was killed (kill -9, out of memory, power "
              "loss) or runs on another machine; --resume continues from the last save", g->last_iteration);
     return "status-bad";
@@ -224,15 +227,12 @@ static double plan_total(const History *h) {
 
 static void write_cards(FILE *f, const History *h, const Series *s) {
     char v[600], n[200];
-    const char *cls = run_status(h, v, sizeof v);
+    const char *word;
+    const char *cls = run_status(h, v, sizeof v, &word);
     fputs("<section class=\"cards\">\n", f);
     const HistSegment *last = h->n_seg ? &h->seg[h->n_seg - 1] : NULL;
     int done = last ? last->last_iteration : 0, planned = last ? last->iters : 0;
-    char status_short[64];
-    snprintf(status_short, sizeof status_short, "%s", !strcmp(cls, "status-ok") ? "completed"
-             : !strcmp(cls, "status-run") ? "running" : !strcmp(cls, "status-warn") ? "stopped"
-             : last && last->ended ? "error" : "killed");
-    card(f, "status", status_short, v, cls);
+    card(f, "status", word, v, cls);
     snprintf(v, sizeof v, "%d / %d", done, planned);
     snprintf(n, sizeof n, "%zu start%s%s", h->n_seg, h->n_seg == 1 ? "" : "s",
              h->n_seg > 1 ? " (resumed)" : "");
@@ -274,8 +274,9 @@ static void write_cards(FILE *f, const History *h, const Series *s) {
     double skipped = lt && isfinite(lt->skipped_updates) ? lt->skipped_updates : (double)h->n_skip;
     double clipped = 0;
     for (size_t i = 0; i < h->n_train; i++) if (h->train[i].clipped > 0) clipped += h->train[i].clipped;
-    snprintf(v, sizeof v, "%.0f skipped, %.0f clipped", skipped, clipped);
-    card(f, "updates", v, "non-finite loss or gradient; norm over --max-grad-norm", skipped > 0 ? "status-bad" : NULL);
+    snprintf(v, sizeof v, "%.0f / %.0f", skipped, clipped);
+    card(f, "skipped / clipped updates", v, "a non-finite loss or gradient / a norm over --max-grad-norm",
+         skipped > 0 ? "status-bad" : NULL);
     int world = last ? last->world : 1;
     if (world > 1) {
         double secs = NAN, calls = NAN, updates = NAN;
@@ -315,13 +316,23 @@ static Chart chart(const char *name, const char *title, const char *xlabel, cons
     return c;
 }
 
+/* Whether the losses span more than two decades: the log scale is then shown first. */
+static bool loss_spans_decades(const Series *s) {
+    double lo = INFINITY, hi = 0;
+    for (size_t i = 0; i < s->h->n_train; i++)
+        if (s->loss[i] > 0 && isfinite(s->loss[i])) { lo = fmin(lo, s->loss[i]); hi = fmax(hi, s->loss[i]); }
+    for (size_t i = 0; i < s->h->n_val; i++)
+        if (s->v_loss[i] > 0 && isfinite(s->v_loss[i])) { lo = fmin(lo, s->v_loss[i]); hi = fmax(hi, s->v_loss[i]); }
+    return isfinite(lo) && hi / lo > 100;
+}
+
 static void write_loss(FILE *f, const Series *s) {
     const History *h = s->h;
-    fputs("<section>\n<h2>Loss</h2>\n"
-          "<input type=\"radio\" class=\"sw\" name=\"x\" id=\"x-it\" checked>"
-          "<input type=\"radio\" class=\"sw\" name=\"x\" id=\"x-tok\">"
-          "<input type=\"checkbox\" class=\"sw\" id=\"y-log\">\n"
-          "<div class=\"switch\"><span>x axis: <label for=\"x-it\">iterations</label> "
+    fprintf(f, "<section>\n<h2>Loss</h2>\n"
+            "<input type=\"radio\" class=\"sw\" name=\"x\" id=\"x-it\" checked>"
+            "<input type=\"radio\" class=\"sw\" name=\"x\" id=\"x-tok\">"
+            "<input type=\"checkbox\" class=\"sw\" id=\"y-log\"%s>\n", loss_spans_decades(s) ? " checked" : "");
+    fputs("<div class=\"switch\"><span>x axis: <label for=\"x-it\">iterations</label> "
           "<label for=\"x-tok\">trained tokens</label></span><span>y axis: <label for=\"y-log\">log scale</label>"
           "</span></div>\n<div class=\"loss\">\n", f);
     static const struct { const char *name, *cls; bool tokens, log; } views[] = {
@@ -522,7 +533,7 @@ static void write_run(FILE *f, const History *h) {
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n<p class=\"note\">Padding: the share of padded cells in one epoch of batches, with the "
-          "batches sorted by length.</p>\n</div><div>\n<table><tr><th>flag (differs from its default)</th>"
+          "batches sorted by length.</p>\n</div><div>\n<table class=\"flags\"><tr><th>flag (not its default)</th>"
           "<th>value</th><th>default</th></tr>\n", f);
     json_t *flags = json_object_get(h->run, "flags");
     for (size_t i = 0; json_is_array(flags) && i < json_array_size(flags); i++) {

@@ -127,7 +127,8 @@ static void tick_label(char *buf, size_t cap, const Axis *a, double t) {
         /* 10^d and m x 10^d print exactly */
         double r = round(v / pow(10, floor(t + 1e-9)));
         v = r * pow(10, floor(t + 1e-9));
-        format_short(buf, cap, v);
+        if (v < 1e-3) snprintf(buf, cap, "%g", v);   /* 1e-05, as the decade it is */
+        else format_short(buf, cap, v);
         return;
     }
     double m = fmax(fabs(a->lo), fabs(a->hi));
