@@ -35,9 +35,9 @@ expect 4 "The capital of Japan is Tokyo."
 expect 5 "The capital of France is Paris."
 echo "answers: $(echo "$answers" | tr '\n' '|')"
 for f in run/adapters/adapters.safetensors run/adapters/adapter_config.json run/fused/model.safetensors \
-         run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors run/peft/adapter_config.json \
-         run/adapter.gguf run/adapters/report.html run/adapters/metrics.jsonl run/adapters/run.json \
-         run/plan.html; do
+         run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors \
+         run/peft/adapter_config.json run/adapter.gguf run/adapters/report.html run/adapters/metrics.jsonl \
+         run/adapters/run.json run/plan.html; do
   [ -s "$OUT/$f" ] || fail "missing $f"
 done
 [ "$(grep -c '^Generation: ' "$OUT/log")" -ge 3 ] || fail "expected at least three generations"
