@@ -22,6 +22,12 @@ static double num(json_t *o, const char *key) {
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* An integer field within [lo, hi], or def when absent or out of range. */
+static long num_int(json_t *o, const char *key, long lo, long hi, long def) {
+    double v = num(o, key);
+    return v >= lo && v <= hi ? (long)v : def;
+}
+
 static void copy_str(char *dst, size_t cap, json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
     snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
@@ -72,10 +78,10 @@ static int read_event(Reader *r, json_t *o, const char *event, int it, double ti
         memset(s, 0, sizeof *s);
         s->iteration = it;
         s->last_iteration = it;
-        s->iters = (int)num(o, "iters");
+        s->iters = (int)num_int(o, "iters", 0, 2147483647, 0);
         s->resumed = json_is_true(resumed);
-        s->world = isfinite(num(o, "world")) ? (int)num(o, "world") : 1;
-        s->pid = isfinite(num(o, "pid")) ? (long)num(o, "pid") : 0;
+        s->world = (int)num_int(o, "world", 1, 1 << 24, 1);
+        s->pid = num_int(o, "pid", 1, 1L << 40, 0);
         copy_str(s->host, sizeof s->host, o, "host");
         s->start_time = s->last_time = time;
         return 0;
@@ -96,7 +102,7 @@ static int read_event(Reader *r, json_t *o, const char *event, int it, double ti
         seg->ended = true;
         copy_str(seg->status, sizeof seg->status, o, "status");
         copy_str(seg->message, sizeof seg->message, o, "message");
-        seg->signal = isfinite(num(o, "signal")) ? (int)num(o, "signal") : 0;
+        seg->signal = (int)num_int(o, "signal", 0, 1024, 0);
         seg->allreduce_seconds = num(o, "allreduce_seconds");
         seg->allreduce_calls = num(o, "allreduce_calls");
         seg->updates = num(o, "updates");
