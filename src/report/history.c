@@ -201,7 +201,11 @@ int history_load(History *h, const char *dir) {
     h->dir = mem_strdup(dir);
     h->metrics_path = path_join(dir, "metrics.jsonl");
     char *run_path = path_join(dir, "run.json");
-    if (!h->dir || !h->metrics_path || !run_path) { mem_free(run_path); history_free(h); return -1; }
+    if (!h->dir || !h->metrics_path || !run_path) {
+        mem_free(run_path);
+        history_free(h);
+        return -1;
+    }
     if (!file_exists(h->metrics_path)) {
         error_set("%s: no such file (lmtune train writes the run's history there, in its --adapter-path)",
                   h->metrics_path);
@@ -209,7 +213,11 @@ int history_load(History *h, const char *dir) {
         history_free(h);
         return -1;
     }
-    if (read_metrics(h, h->metrics_path) < 0) { mem_free(run_path); history_free(h); return -1; }
+    if (read_metrics(h, h->metrics_path) < 0) {
+        mem_free(run_path);
+        history_free(h);
+        return -1;
+    }
     if (file_exists(run_path)) {
         json_error_t jerr;
         h->run = json_load_file(run_path, JSON_REJECT_DUPLICATES, &jerr);

@@ -81,7 +81,10 @@ void page_duration(char *buf, size_t cap, double s) {
 }
 
 void page_date(char *buf, size_t cap, double t) {
-    if (!isfinite(t)) { snprintf(buf, cap, "n/a"); return; }
+    if (!isfinite(t)) {
+        snprintf(buf, cap, "n/a");
+        return;
+    }
     time_t tt = (time_t)t;
     struct tm tm;
     gmtime_r(&tt, &tm);

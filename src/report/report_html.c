@@ -49,15 +49,27 @@ static double tokens_at(const History *h, double it) {
     for (size_t i = 0; i < h->n_train; i++) {
         double x = h->train[i].iteration, y = h->train[i].trained_tokens;
         if (!isfinite(y)) continue;
-        if (x <= it && x >= x0) { x0 = x; y0 = y; }
-        if (x >= it && (isnan(x1) || x < x1)) { x1 = x; y1 = y; }
+        if (x <= it && x >= x0) {
+            x0 = x;
+            y0 = y;
+        }
+        if (x >= it && (isnan(x1) || x < x1)) {
+            x1 = x;
+            y1 = y;
+        }
     }
     for (size_t i = 0; i < h->n_val; i++) {
         /* an evaluation at iteration k counts the tokens of iterations < k */
         double x = h->val[i].iteration - 1, y = h->val[i].trained_tokens;
         if (!isfinite(y)) continue;
-        if (x <= it && x >= x0) { x0 = x; y0 = y; }
-        if (x >= it && (isnan(x1) || x < x1)) { x1 = x; y1 = y; }
+        if (x <= it && x >= x0) {
+            x0 = x;
+            y0 = y;
+        }
+        if (x >= it && (isnan(x1) || x < x1)) {
+            x1 = x;
+            y1 = y;
+        }
     }
     if (isnan(x1)) return y0;
     return x1 > x0 ? y0 + (y1 - y0) * (it - x0) / (x1 - x0) : y0;
@@ -81,7 +93,10 @@ static int series_build(Series *s, const History *h, double max_grad_norm) {
     size_t nl = h->n_skip + h->n_seg + 1, nm = nt + 1;
     double **train_arrays[] = {&s->it, &s->loss, &s->tok, &s->lr, &s->tps, &s->norm, &s->norm_max, &s->peak};
     for (size_t i = 0; i < sizeof train_arrays / sizeof *train_arrays; i++)
-        if (!(*train_arrays[i] = mem_calloc(nt, sizeof(double)))) { series_free(s); return -1; }
+        if (!(*train_arrays[i] = mem_calloc(nt, sizeof(double)))) {
+            series_free(s);
+            return -1;
+        }
     s->v_it = mem_calloc(nv, sizeof(double));
     s->v_loss = mem_calloc(nv, sizeof(double));
     s->v_tok = mem_calloc(nv, sizeof(double));
@@ -159,7 +174,10 @@ static bool process_alive(const HistSegment *g) {
 /* The run's state in a word (*word) and in a sentence (buf), and the class of its colour. */
 static const char *run_status(const History *h, char *buf, size_t cap, const char **word) {
     *word = "no records";
-    if (!h->n_seg) { snprintf(buf, cap, "the history has no record yet"); return "status-warn"; }
+    if (!h->n_seg) {
+        snprintf(buf, cap, "the history has no record yet");
+        return "status-warn";
+    }
     const HistSegment *g = &h->seg[h->n_seg - 1];
     *word = g->ended ? g->status : "running";
     if (g->ended && !strcmp(g->status, "completed")) {
@@ -320,9 +338,15 @@ static Chart chart(const char *name, const char *title, const char *xlabel, cons
 static bool loss_spans_decades(const Series *s) {
     double lo = INFINITY, hi = 0;
     for (size_t i = 0; i < s->h->n_train; i++)
-        if (s->loss[i] > 0 && isfinite(s->loss[i])) { lo = fmin(lo, s->loss[i]); hi = fmax(hi, s->loss[i]); }
+        if (s->loss[i] > 0 && isfinite(s->loss[i])) {
+            lo = fmin(lo, s->loss[i]);
+            hi = fmax(hi, s->loss[i]);
+        }
     for (size_t i = 0; i < s->h->n_val; i++)
-        if (s->v_loss[i] > 0 && isfinite(s->v_loss[i])) { lo = fmin(lo, s->v_loss[i]); hi = fmax(hi, s->v_loss[i]); }
+        if (s->v_loss[i] > 0 && isfinite(s->v_loss[i])) {
+            lo = fmin(lo, s->v_loss[i]);
+            hi = fmax(hi, s->v_loss[i]);
+        }
     return isfinite(lo) && hi / lo > 100;
 }
 
@@ -641,7 +665,10 @@ int report_html_write(const char *adapter_dir, const char *out_path) {
     History h;
     TRY(history_load(&h, adapter_dir));
     char *path = out_path ? mem_strdup(out_path) : path_join(adapter_dir, REPORT_FILE);
-    if (!path) { history_free(&h); return -1; }
+    if (!path) {
+        history_free(&h);
+        return -1;
+    }
     AtomicFile af;
     int rc = atomic_open(&af, path);
     if (rc == 0) {

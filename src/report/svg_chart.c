@@ -9,10 +9,18 @@
 void html_text(FILE *f, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
         default: fputc(*s, f);
         }
     }
@@ -30,7 +38,11 @@ void format_short(char *buf, size_t cap, double v) {
     static const char *const si[] = {"", "k", "M", "G", "T"};
     if (a >= 1e4) {
         int k = 0;
-        while (a >= 1e3 && k < 4) { a /= 1e3; v /= 1e3; k++; }
+        while (a >= 1e3 && k < 4) {
+            a /= 1e3;
+            v /= 1e3;
+            k++;
+        }
         snprintf(buf, cap, "%.*f%s", a >= 100 ? 0 : a >= 10 ? 1 : 2, v, si[k]);
     } else if (a == 0) {
         snprintf(buf, cap, "0");
@@ -84,7 +96,10 @@ static void axis_linear(Axis *a, double lo, double hi, int target) {
 /* lo, hi: positive values. */
 static void axis_log(Axis *a, double lo, double hi) {
     double L = log10(lo), H = log10(hi);
-    if (H - L < 1e-9) { L -= 0.05; H += 0.05; }
+    if (H - L < 1e-9) {
+        L -= 0.05;
+        H += 0.05;
+    }
     a->log = true;
     a->n = 0;
     if (H - L >= 1) {
@@ -238,8 +253,14 @@ void svg_chart(FILE *f, const Chart *c) {
         y0 = fmin(y0, c->hlines[i].at);
         y1 = fmax(y1, c->hlines[i].at);
     }
-    if (!isfinite(x0)) { x0 = 0; x1 = 1; }
-    if (!isfinite(y0)) { y0 = c->ylog ? 0.1 : 0; y1 = c->ylog ? 10 : 1; }
+    if (!isfinite(x0)) {
+        x0 = 0;
+        x1 = 1;
+    }
+    if (!isfinite(y0)) {
+        y0 = c->ylog ? 0.1 : 0;
+        y1 = c->ylog ? 10 : 1;
+    }
     axis_linear(&fr.x, x0, x1, 6);
     if (c->ylog) axis_log(&fr.y, y0, y1);
     else axis_linear(&fr.y, y0, y1, 5);

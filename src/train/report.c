@@ -43,10 +43,19 @@ static int cut_torn_line(int fd, const char *path) {
 static FILE *open_history(const char *path, bool resume) {
     int flags = resume ? O_RDWR | O_CREAT | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC | O_APPEND;
     int fd = open(path, flags | O_CLOEXEC, 0644);
-    if (fd < 0) { error_set("%s: cannot open for writing: %s", path, strerror(errno)); return NULL; }
-    if (resume && cut_torn_line(fd, path) < 0) { close(fd); return NULL; }
+    if (fd < 0) {
+        error_set("%s: cannot open for writing: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (resume && cut_torn_line(fd, path) < 0) {
+        close(fd);
+        return NULL;
+    }
     FILE *f = fdopen(fd, "a");
-    if (!f) { error_set("%s: cannot open for writing: %s", path, strerror(errno)); close(fd); }
+    if (!f) {
+        error_set("%s: cannot open for writing: %s", path, strerror(errno));
+        close(fd);
+    }
     return f;
 }
 
@@ -64,11 +73,17 @@ int report_open(Reporter *r, FILE *out, const char *history_path, bool resume, c
         r->history_path = mem_strdup(history_path);
         if (!r->history_path) return -1;
         r->history = open_history(history_path, resume);
-        if (!r->history) { report_close(r); return -1; }
+        if (!r->history) {
+            report_close(r);
+            return -1;
+        }
     }
     if (metrics_file && *metrics_file && !(history_path && same_file(metrics_file, history_path))) {
         r->metrics_path = mem_strdup(metrics_file);
-        if (!r->metrics_path) { report_close(r); return -1; }
+        if (!r->metrics_path) {
+            report_close(r);
+            return -1;
+        }
         r->metrics = fopen(metrics_file, "a");
         if (!r->metrics) {
             error_set("--metrics-file %s: cannot open for writing: %s", metrics_file, strerror(errno));
@@ -174,7 +189,10 @@ static void clear_progress(Reporter *r) {
 }
 
 static void format_eta(char *buf, size_t cap, double s) {
-    if (!isfinite(s) || s < 0) { snprintf(buf, cap, "--:--"); return; }
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, cap, "--:--");
+        return;
+    }
     long t = lround(s);
     if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
     else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);

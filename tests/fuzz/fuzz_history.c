@@ -1,9 +1,9 @@
 /* fuzz_history.c: libFuzzer target for a run's history (ADAPTER_DIR/
  * metrics.jsonl, read by report/history.c) and the report drawn from it
  * (report/report_html.c): any input is refused with a one-line message
- * naming the file, or gives a page. The input is the metrics file; a second
- * copy goes in as run.json, so malformed run records are fuzzed as well
- * (a valid one only when the input happens to be one JSON object).
+ * naming the file, or gives a page. The input is the metrics file; when it
+ * starts as a JSON object, a second pass also takes it as run.json, so
+ * malformed run records are fuzzed as well.
  * Build and run: make fuzz (tests/fuzz/run.sh). */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,7 +19,8 @@ static char metrics_path[96], run_path[96];
 static FILE *devnull;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc; (void)argv;
+    (void)argc;
+    (void)argv;
     if (!mkdtemp(dir)) abort();
     snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", dir);
     snprintf(run_path, sizeof run_path, "%s/run.json", dir);
@@ -37,7 +38,11 @@ static void write_file(const char *path, const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_file(metrics_path, data, size);
-    for (int with_run = 0; with_run < 2; with_run++) {
+    /* as run.json too only when it can be one (a JSON object): one page per input otherwise */
+    size_t lead = 0;
+    while (lead < size && (data[lead] == ' ' || data[lead] == '\n' || data[lead] == '\t')) lead++;
+    int passes = lead < size && data[lead] == '{' ? 2 : 1;
+    for (int with_run = 0; with_run < passes; with_run++) {
         if (with_run) write_file(run_path, data, size);
         else unlink(run_path);
         History h;
