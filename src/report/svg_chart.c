@@ -27,7 +27,9 @@ void html_text(FILE *f, const char *s) {
 }
 
 void format_exact(char *buf, size_t cap, double v) {
-    for (int p = 1; p <= 17; p++) {
+    /* %.15g is exact for every value with at most 15 significant digits
+     * (and prints no trailing zeros); the others need 16 or 17 */
+    for (int p = 15; p <= 17; p++) {
         snprintf(buf, cap, "%.*g", p, v);
         if (strtod(buf, NULL) == v) return;
     }

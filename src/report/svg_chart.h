@@ -5,8 +5,8 @@
  * A line chart's series are polylines in data coordinates inside one group
  * whose transform maps them onto the plot (vector-effect keeps the strokes
  * thin), so each point's text is the value itself: x as given, y as given
- * (log10 of it on a log scale), each printed with the fewest digits that
- * read back to the same double. A test can read the points back exactly;
+ * (log10 of it on a log scale), each printed with digits enough to read
+ * back to the same double. A test can read the points back exactly;
  * every polyline carries data-series="KEY" and the <svg> data-y-scale. A
  * series is cut into several polylines at non-finite values (and, on a log
  * scale, at values <= 0). */
@@ -85,7 +85,8 @@ void svg_bars(FILE *f, const char *title, const Bar *bars, int n_bars, const Cha
 
 /* HTML text with <, >, &, " escaped. */
 void html_text(FILE *f, const char *s);
-/* The shortest %.*g text of v that reads back as v. */
+/* A %g text of v that reads back as v: 15 significant digits, or 16 or 17
+ * when fewer do not read back (no trailing zeros: 720, 0.001). */
 void format_exact(char *buf, size_t cap, double v);
 /* Short number: 1.2k, 3.4M, 0.0012, 12.5. */
 void format_short(char *buf, size_t cap, double v);
