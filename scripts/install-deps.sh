@@ -35,8 +35,8 @@ TEST_PKGS=(
   "util-linux"                      # unshare: tests/faults/test_write_failures.sh mounts a tmpfs without root
   "qemu-user"                       # tests/cli/test_portable.sh: the portable binary on a Haswell CPU (no AVX-512)
   "gcc-aarch64-linux-gnu"           # make cross-check (CI): every source file compiles for aarch64
-  # Other references join here, one line each (and the npm folders below):
-  # "chromium"                      # the HTML report rendered by a real browser (branch report)
+  "chromium"                        # tests/report/test_report_browser.sh: headless Chromium renders report.html
+  # Other references join here, one line each (and the npm folders below).
 )
 
 # npm folders of the JavaScript references, installed with `npm ci` from
