@@ -1,0 +1,60 @@
+/* affine_codes.h: reading the codes and scales of MLX affine-quantized
+ * rows (layout in dequant.h), shared by the expansion (dequant_affine.c)
+ * and the fused GEMV (gemv_affine.c). Internal to src/kernels. */
+#ifndef LT_AFFINE_CODES_H
+#define LT_AFFINE_CODES_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include "base/dtype.h"
+#include "kernels/vec.h"
+
+typedef unsigned char v16b __attribute__((vector_size(16)));
+typedef unsigned char v16bu __attribute__((vector_size(16), aligned(1)));
+
+static inline float scalar_of(const void *p, size_t i, DType t) {
+    if (t == DTYPE_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+/* s * q + b, each operation rounded to float; the barrier keeps the
+ * compiler (-ffp-contract=fast) from fusing them into one rounding. */
+static inline float mul_add_f32(float s, float q, float b) {
+    float t = s * q;
+    __asm__("" : "+m"(t));
+    return t + b;
+}
+
+/* Code i of a row's bit stream, for any width 2..8. */
+static inline unsigned code_at(const uint8_t *row, size_t row_bytes, int bits, size_t i) {
+    size_t bit = i * (size_t)bits, byte = bit >> 3;
+    unsigned shift = (unsigned)(bit & 7);
+    unsigned window = row[byte];
+    if (shift + (unsigned)bits > 8 && byte + 1 < row_bytes) window |= (unsigned)row[byte + 1] << 8;
+    return (window >> shift) & ((1u << bits) - 1u);
+}
+
+/* 16 codes starting at code i (i % 16 == 0) of a 4- or 8-bit row, as ints. */
+static inline v16i codes16(const uint8_t *row, int bits, size_t i) {
+    if (bits == 8) {
+        v16b raw = *(const v16bu *)(row + i);
+        return __builtin_convertvector(raw, v16i);
+    }
+    uint64_t eight;
+    memcpy(&eight, row + i / 2, 8);
+    v16b raw = (v16b)(__attribute__((vector_size(16))) unsigned long long){eight, 0};
+    v16b dup = __builtin_shufflevector(raw, raw, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const v16i shifts = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
+    return (__builtin_convertvector(dup, v16i) >> shifts) & 15;
+}
+
+/* 16 floats rounded to the nearest-even bf16, kept as floats. */
+static inline v16 round16_bf16(v16 x) {
+    v16w u = (v16w)x;
+    v16w rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    v16w nan = (v16w)((u & 0x7fffffffu) > 0x7f800000u);
+    return (v16)((rounded & ~nan) | (((u >> 16) | 0x40u) << 16 & nan));
+}
+
+#endif
