@@ -104,6 +104,21 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */
+/* What the planner needs of the stored weights beyond config.json, read
+ * from the safetensors headers and config.json's quantization. */
+typedef struct {
+    DType file_dtype;       /* plain matrices' dtype; the scales' dtype when quantized */
+    bool quantized;         /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool bf16_compute;      /* some frozen product runs in bf16 */
+    int panel_cols;         /* widest matrix whose products expand panels (0: none) */
+    int bits_min, bits_max; /* of the quantized matrices */
+    size_t embed_bytes, lm_head_bytes, block_bytes; /* stored bytes (codes, scales, biases); lm_head 0 when tied */
+} WeightsSummary;
+/* Reads DIR's config.json quantization and safetensors headers; checks every
+ * quantized module's tensors. */
+int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);
+/* model_layout for a model directory whose headers were summarised. */
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv);
 /* model_layout for a known dtype of the file's matrices (model_layout takes
  * it from config.json's torch_dtype; model_load uses the real one). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
