@@ -207,6 +207,73 @@ def model_case(name, seed, cfg, quant, case, B, W, lengths, offsets, description
     print(f"  wrote {d} ({size / 1024:.0f} KB)")
 
 
+# ---- 3. lmtune convert: a source model and what mlx_lm.convert writes -------
+def mixed_bits(recipe, path, layers):
+    """mlx_lm/convert.py mixed_quant_predicate_builder, for our module paths."""
+    low, high = {"mixed_2_6": (2, 6), "mixed_3_4": (3, 4), "mixed_3_6": (3, 6), "mixed_4_6": (4, 6)}[recipe]
+    parts = path.split(".")
+    index = int(parts[2]) if len(parts) > 2 else 0
+    more = index < layers // 8 or index >= 7 * layers // 8 or (index - layers // 8) % 3 == 2
+    if ("v_proj" in path or "v_a_proj" in path or "v_b_proj" in path) and more:
+        return high
+    if "down_proj" in path and more:
+        return high
+    if "lm_head" in path:
+        return high
+    return low
+
+
+def convert_cases():
+    """convert_src: a bf16 llama (4 blocks, so the mixed recipe gives both bit
+    widths) with constant and extreme rows; convert_q4g64 and
+    convert_mixed_3_6_g32: the tensors and quantization mlx_lm.convert -q
+    writes for it; convert_q4g64_deq: convert -d of the former."""
+    cfg = gr.hf_config("llama", 64, 4, 2, 1, 64, 32, tied=False, dtype="bfloat16")
+    gen = torch.Generator().manual_seed(105)
+    w = gr.make_weights(cfg, gen)
+    q = w["model.layers.0.self_attn.q_proj.weight"]
+    q[0, :64] = 0.03125                     # a constant group
+    q[1, :64] = -0.5
+    q[2, :] = torch.linspace(-3e3, 3e3, 64)   # extreme magnitudes
+    q[3, 32:] = 0.0                         # a zero group
+    src = {k: v.to(torch.bfloat16) for k, v in w.items()}
+    d = os.path.join(DATA, "convert_src")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(d, "model.safetensors"), src, {"format": "pt"})
+    layers = cfg["num_hidden_layers"]
+    for name, recipe, bits, group in (("convert_q4g64", None, 4, 64), ("convert_mixed_3_6_g32", "mixed_3_6", 4, 32)):
+        quant = {"group_size": group, "bits": bits, "mode": "affine"}
+        out, deq = {}, {}
+        for k in sorted(src):
+            t = src[k]
+            if t.dim() == 2 and k.endswith(".weight") and t.shape[1] % group == 0:
+                stem = k[:-len(".weight")]
+                b = bits
+                if recipe:
+                    b = mixed_bits(recipe, stem, layers)
+                    quant[stem] = {"group_size": group, "bits": b, "mode": "affine"}
+                packed, scales, biases = mq.quantize(t.float().numpy(), b, group, "bfloat16")
+                out[stem + ".weight"] = U32(packed)
+                out[stem + ".scales"] = as_torch(scales, "bfloat16")
+                out[stem + ".biases"] = as_torch(biases, "bfloat16")
+                deq[k] = as_torch(mq.dequantize(packed, scales, biases, b, group, "bfloat16"), "bfloat16")
+            else:
+                out[k] = t
+                deq[k] = t
+        od = os.path.join(DATA, name)
+        os.makedirs(od, exist_ok=True)
+        save_safetensors(os.path.join(od, "model.safetensors"), out, {"format": "mlx"})
+        with open(os.path.join(od, "quantization.json"), "w") as f:
+            json.dump(quant, f, indent=2)
+        if recipe is None:
+            od = os.path.join(DATA, "convert_q4g64_deq")
+            os.makedirs(od, exist_ok=True)
+            save_safetensors(os.path.join(od, "model.safetensors"), deq, {"format": "mlx"})
+    print("  wrote convert_src, convert_q4g64, convert_mixed_3_6_g32, convert_q4g64_deq")
+
+
 def lora(keys, rank, scale):
     return {"rank": rank, "scale": scale, "dropout": 0.0, "keys": keys}
 
@@ -215,6 +282,8 @@ def main():
     os.makedirs(DATA, exist_ok=True)
     print("kernels:")
     save_safetensors(os.path.join(DATA, "kernels.safetensors"), kernel_cases(), {"format": "pt"})
+    print("convert:")
+    convert_cases()
     all_keys = gr.ALL_KEYS
     # llama, tied quantized embedding (the LM head is QuantizedEmbedding.as_linear), 4-bit g64
     cfg = gr.hf_config("llama", 128, 2, 4, 2, 256, 160, tied=True)
