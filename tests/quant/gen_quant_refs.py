@@ -166,6 +166,35 @@ def quantize_model(weights, quant, dtype):
     return file_t, deq_w
 
 
+def fuse_requantized(cfg, deq, adapters, quant, case, tokens, lens, offs, logits):
+    """mlx_lm.fuse on the quantized base: W' = dequant(W) + scale B^T A^T,
+    rounded to the model dtype and quantized again with the module's bits and
+    group size. Returns how far the fused model's logits land from base +
+    adapter (max abs, and the share of positions whose argmax agrees): the
+    requantization error the C test allows."""
+    lo = case["lora"]
+    fused = dict(deq)
+    dtype = case["weights_dtype"]
+    for name in [n for n in adapters if n.endswith(".lora_a")]:
+        stem = name[:-len(".lora_a")]
+        W = deq[stem + ".weight"].double()
+        delta = lo["scale"] * adapters[stem + ".lora_b"].double().t() @ adapters[name].double().t()
+        w = mq.to_dtype((W + delta).float().numpy(), dtype)
+        p = module_params(stem, quant)
+        if p is None:   # a full-precision module: merged, not quantized
+            fused[stem + ".weight"] = as_torch(w, dtype)
+            continue
+        packed, scales, biases = mq.quantize(w, p[0], p[1], dtype)
+        fused[stem + ".weight"] = as_torch(mq.dequantize(packed, scales, biases, p[0], p[1], dtype), dtype)
+    m = tm.DecoderLM(cfg, fused, compute_dtype=torch.float64, bf16_mode="emulate")
+    _, _, fl = tm.forward_loss(m, tokens, lens, offs)
+    fl = fl.detach()
+    err = (fl - logits).abs().max().item()
+    agree = (fl.argmax(-1) == logits.argmax(-1)).double().mean().item()
+    print(f"  fused and re-quantized: logits max |diff| {err:.3e}, argmax agrees at {agree:.3f} of positions")
+    return {"logits_max_abs": float(f"{err:.3e}"), "argmax_agree": agree}
+
+
 def model_case(name, seed, cfg, quant, case, B, W, lengths, offsets, description):
     gen = torch.Generator().manual_seed(seed)
     base = gr.make_weights(cfg, gen)
@@ -190,6 +219,9 @@ def model_case(name, seed, cfg, quant, case, B, W, lengths, offsets, description
     for n, g in zip(names, grads):
         expected["grad." + n] = g.float()
     print(f"{name}: loss={loss.item():.6f} ntokens={ntok} trainable tensors={len(names)}")
+    if case["fine_tune_type"] == "lora":
+        case["fuse_requantized"] = fuse_requantized(cfg, deq, adapters, quant, case, tokens, lens, offs,
+                                                    logits.detach())
     gr.finite_difference_check(name, model, tokens, lens, offs)
     case["fp32_deviation"] = gr.fp32_deviation(name, cfg, deq, case, adapters, inputs, expected)
     d = os.path.join(DATA, name)
