@@ -8,9 +8,9 @@
 #include <string.h>
 #include "base/dtype.h"
 #include "kernels/vec.h"
-
-typedef unsigned char v16b __attribute__((vector_size(16)));
-typedef unsigned char v16bu __attribute__((vector_size(16), aligned(1)));
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 static inline float scalar_of(const void *p, size_t i, DType t) {
     if (t == DTYPE_F32) return ((const float *)p)[i];
@@ -35,18 +35,24 @@ static inline unsigned code_at(const uint8_t *row, size_t row_bytes, int bits, s
     return (window >> shift) & ((1u << bits) - 1u);
 }
 
-/* 16 codes starting at code i (i % 16 == 0) of a 4- or 8-bit row, as ints. */
+/* 16 codes starting at code i (i % 16 == 0) of a 4- or 8-bit row, as ints.
+ * With AVX-512: one zero-extending load; 4-bit codes are the bytes doubled
+ * (b0 b0 b1 b1 ...) and shifted right by 0 / 4 per lane. */
 static inline v16i codes16(const uint8_t *row, int bits, size_t i) {
-    if (bits == 8) {
-        v16b raw = *(const v16bu *)(row + i);
-        return __builtin_convertvector(raw, v16i);
+#ifdef __AVX512F__
+    if (bits == 8) return (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + i)));
+    __m128i raw = _mm_loadl_epi64((const __m128i *)(row + i / 2));
+    __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(raw, raw));
+    const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    return (v16i)_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15));
+#else
+    v16i out;
+    for (int k = 0; k < 16; k++) {
+        size_t j = i + (size_t)k;
+        out[k] = bits == 8 ? row[j] : (row[j / 2] >> (4 * (j & 1))) & 15;
     }
-    uint64_t eight;
-    memcpy(&eight, row + i / 2, 8);
-    v16b raw = (v16b)(__attribute__((vector_size(16))) unsigned long long){eight, 0};
-    v16b dup = __builtin_shufflevector(raw, raw, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const v16i shifts = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
-    return (__builtin_convertvector(dup, v16i) >> shifts) & 15;
+    return out;
+#endif
 }
 
 /* 16 floats rounded to the nearest-even bf16, kept as floats. */

@@ -29,6 +29,10 @@ static void group_vec(const uint8_t *row, int bits, size_t c, int group, float s
             v = round16_bf16(q * sv + bv);
         }
         if (out == DTYPE_F32) store16((float *)dst + j, v);
+#ifdef __AVX512F__
+        else if (t == DTYPE_BF16)   /* v is a bf16 number already: its high halves */
+            _mm256_storeu_si256((__m256i *)((uint16_t *)dst + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32((__m512i)v, 16)));
+#endif
         else store16_bf16((uint16_t *)dst + j, v);
     }
 }

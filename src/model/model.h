@@ -124,11 +124,12 @@ int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const We
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors
- * (HF names), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32, BF16
- * or F16. */
+ * (HF names; shards of at most 5 GB with model.safetensors.index.json for
+ * larger models), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32,
+ * BF16 or F16. */
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
 /* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
- * "qwen3-0.6b", "llama-3.2-1b", "tiny". The caller may then override
+ * "qwen3-0.6b", "llama-3.2-1b", "llama-3.1-8b", "tiny". The caller may then override
  * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
 /* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
