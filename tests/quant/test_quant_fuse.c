@@ -6,7 +6,8 @@
  * error, which the reference measured on the same model (case.json
  * fuse_requantized: max |diff| and argmax agreement): ours must stay within
  * 1.25x that error and agree on the argmax as often, less one position. The
- * fused model is quantized again: it loads as a quantized model. */
+ * fused model is quantized again: it loads as a quantized model. Also the
+ * memory plan's frozen weights are exactly the file's stored matrices. */
 #include "check.h"
 #include "model/model_testutil.h"
 #include "base/fileio.h"
@@ -100,6 +101,26 @@ static void fuse_case(const char *dir, const char *name, const char *tmp) {
                   ref_err);
         CHECK_MSG(agree >= (int)(ref_agree * B * T + 0.5) - 1, "%s: argmax agrees at %d of %d positions", name, agree,
                   B * T);
+    }
+    /* the plan counts the stored matrices: codes, scales and biases of every
+     * quantized module, plain matrices as stored */
+    StModel st;
+    if (st_model_open(&st, dir, true) == 0) {
+        size_t stored = 0;
+        for (size_t f = 0; f < st.n_files; f++)
+            for (size_t i = 0; i < st.files[f].n_tensors; i++) {
+                const StTensor *t = &st.files[f].tensors[i];
+                size_t len = strlen(t->name);
+                bool matrix = t->ndim == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight");
+                bool qparts = len > 7 && (!strcmp(t->name + len - 7, ".scales") || !strcmp(t->name + len - 7, ".biases"));
+                if (matrix || qparts) stored += t->end - t->begin;
+            }
+        st_model_close(&st);
+        MemPlan plan = {0};
+        CHECK(model_plan_weights(dir, &rc.cfg, &rc.spec, &plan) == 0);
+        CHECK_MSG(plan_class_bytes(&plan, MEM_FROZEN_WEIGHTS) == stored, "%s: plan counts %zu frozen bytes, "
+                  "the file stores %zu", name, plan_class_bytes(&plan, MEM_FROZEN_WEIGHTS), stored);
+        plan_free(&plan);
     }
     /* the re-quantized model is quantized: its config keeps the quantization */
     WeightsSummary ws;
