@@ -69,7 +69,8 @@ int main(int argc, char **argv) {
     size_t mb = matmul_scratch_bytes(2048, 14336);
     void *ms = malloc(mb);
     matmul_set_scratch(ms, mb);
-    printf("| N | out | in | weights | forward ms | dx ms | expansion ms (Gweights/s) |\n|---|---|---|---|---|---|---|\n");
+    printf("| N | out | in | weights | forward ms | dx ms | expansion ms (Gweights/s) |\n");
+    printf("|---|---|---|---|---|---|---|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], O = shapes[s][1], I = shapes[s][2];
         size_t n = (size_t)O * I;

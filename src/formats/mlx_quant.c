@@ -142,13 +142,15 @@ static int expect(const StModel *st, const char *name, int64_t rows, int64_t col
     if (!t)
         return error_set("%s: tensor \"%s\" is missing (the quantization implies shape %s)", st->dir, name,
                          st_format_shape(want, sizeof want, 2, shape));
-    bool dt_ok = codes ? t->dtype == DTYPE_U32 : (t->dtype == DTYPE_F32 || t->dtype == DTYPE_BF16 || t->dtype == DTYPE_F16);
+    bool is_float = t->dtype == DTYPE_F32 || t->dtype == DTYPE_BF16 || t->dtype == DTYPE_F16;
+    bool dt_ok = codes ? t->dtype == DTYPE_U32 : is_float;
     if (!dt_ok)
         return error_set("%s: tensor \"%s\": dtype %s but a quantized module stores %s", f->path, name,
                          dtype_name(t->dtype), codes ? "U32 codes" : "F32, BF16 or F16 scales and biases");
     if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
         return error_set("%s: tensor \"%s\": shape %s but the quantization implies %s", f->path, name,
-                         st_format_shape(got, sizeof got, t->ndim, t->shape), st_format_shape(want, sizeof want, 2, shape));
+                         st_format_shape(got, sizeof got, t->ndim, t->shape),
+                         st_format_shape(want, sizeof want, 2, shape));
     *out = t;
     return 0;
 }

@@ -30,8 +30,10 @@ static void group_vec(const uint8_t *row, int bits, size_t c, int group, float s
         }
         if (out == DTYPE_F32) store16((float *)dst + j, v);
 #ifdef __AVX512F__
-        else if (t == DTYPE_BF16)   /* v is a bf16 number already: its high halves */
-            _mm256_storeu_si256((__m256i *)((uint16_t *)dst + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32((__m512i)v, 16)));
+        else if (t == DTYPE_BF16) {   /* v is a bf16 number already: its high halves */
+            __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32((__m512i)v, 16));
+            _mm256_storeu_si256((__m256i *)((uint16_t *)dst + j), h);
+        }
 #endif
         else store16_bf16((uint16_t *)dst + j, v);
     }
@@ -50,7 +52,10 @@ void affine_expand(const uint8_t *packed, size_t row_bytes, const void *scales, 
             size_t g = row_i * groups_per_row + (size_t)c / (size_t)group;
             float s = scalar_of(scales, g, t), b = scalar_of(biases, g, t);
             void *gdst = drow + (size_t)(c - c0) * esize;
-            if (vec) { group_vec(row, bits, (size_t)c, group, s, b, t, out, gdst); continue; }
+            if (vec) {
+                group_vec(row, bits, (size_t)c, group, s, b, t, out, gdst);
+                continue;
+            }
             for (int j = 0; j < group; j++) {
                 float v = affine_value(s, b, code_at(row, row_bytes, bits, (size_t)c + (size_t)j), t);
                 if (out == DTYPE_F32) ((float *)gdst)[j] = v;

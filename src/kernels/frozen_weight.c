@@ -67,7 +67,8 @@ static void plain_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, 
         if (out == DTYPE_F32) dtype_to_f32((float *)d, src, w->dtype, (size_t)nc);
         else if (w->dtype == DTYPE_BF16) memcpy(d, src, (size_t)nc * 2);
         else if (w->dtype == DTYPE_F32) matmul_f32_to_bf16((uint16_t *)d, (const float *)src, (size_t)nc);
-        else for (int c = 0; c < nc; c++) ((uint16_t *)d)[c] = f32_to_bf16(f16_to_f32(((const uint16_t *)src)[c]));
+        else
+            for (int c = 0; c < nc; c++) ((uint16_t *)d)[c] = f32_to_bf16(f16_to_f32(((const uint16_t *)src)[c]));
     }
 }
 

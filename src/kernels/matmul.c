@@ -146,8 +146,8 @@ static void mm_slot_release(MatmulSlot *s) {
 static void mm_desc(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, int64_t ld, dnnl_data_type_t t) {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides;
-    if (trans) { strides[0] = 1; strides[1] = ld; }
-    else { strides[0] = ld; strides[1] = 1; }
+    strides[0] = trans ? 1 : ld;
+    strides[1] = trans ? ld : 1;
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides));
 }
 
@@ -214,8 +214,11 @@ static void mm_run_ld_locked(float *C, int64_t ldc, const void *A, dnnl_data_typ
         mm_slot_release(victim);
         hit = victim;
         hit->M = M; hit->N = N; hit->K = K;
-        hit->transA = transA; hit->transB = transB;
-        hit->lda = lda; hit->ldb = ldb; hit->ldc = ldc;
+        hit->transA = transA;
+        hit->transB = transB;
+        hit->lda = lda;
+        hit->ldb = ldb;
+        hit->ldc = ldc;
         hit->a_type = a_type; hit->b_type = b_type;
         hit->alpha = alpha; hit->beta = beta;
         hit->has_bias = bias != NULL;
@@ -249,7 +252,8 @@ void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA
                     const void *B, size_t ldb, bool transB, DType ab, const float *bias,
                     int M, int N, int K, float alpha, float beta) {
     if (M <= 0 || N <= 0 || K <= 0) return;
-    if (ab != DTYPE_F32 && ab != DTYPE_BF16) die("matmul.c: matmul_strided: operand dtype %s (F32 or BF16)", dtype_name(ab));
+    if (ab != DTYPE_F32 && ab != DTYPE_BF16)
+        die("matmul.c: matmul_strided: operand dtype %s (F32 or BF16)", dtype_name(ab));
     dnnl_data_type_t t = ab == DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
     pthread_mutex_lock(&mm_lock);
     mm_run_ld_locked(C, (int64_t)ldc, A, t, transA, (int64_t)lda, B, t, transB, (int64_t)ldb, bias, M, N, K,
@@ -347,7 +351,8 @@ void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld
                                     float beta, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     pthread_mutex_lock(&mm_lock);
-    mm_run_ld_locked(dinp, C, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, C, NULL, N, C, OC, 1.0f, beta);
+    mm_run_ld_locked(dinp, C, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, C, NULL, N, C, OC,
+                     1.0f, beta);
     pthread_mutex_unlock(&mm_lock);
 }
 

@@ -58,12 +58,13 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 int convert_mixed_bits(const char *recipe, const char *path, int layers) {
-    int low, high = 6;
+    int low;
     if (!strcmp(recipe, "mixed_2_6")) low = 2;
-    else if (!strcmp(recipe, "mixed_3_4")) { low = 3; high = 4; }
+    else if (!strcmp(recipe, "mixed_3_4")) low = 3;
     else if (!strcmp(recipe, "mixed_3_6")) low = 3;
     else if (!strcmp(recipe, "mixed_4_6")) low = 4;
     else return -1;
+    int high = strcmp(recipe, "mixed_3_4") ? 6 : 4;
     /* the layer index is the third dotted part ("model.layers.N...."), 0 when absent */
     int index = 0;
     const char *p = strchr(path, '.');
@@ -189,7 +190,8 @@ static int plan_tensor(Plan *p, const StTensor *t) {
         TRY(q2);
         if (q2 == 1) {   /* part of a quantized module: dropped when dequantizing, else cast */
             if (o->dequantize) return 0;
-            OutTensor *c = add_out(p, t->name, OUT_CAST, p->target == DTYPE_COUNT ? t->dtype : p->target, t->ndim, t->shape);
+            DType dt = p->target == DTYPE_COUNT ? t->dtype : p->target;
+            OutTensor *c = add_out(p, t->name, OUT_CAST, dt, t->ndim, t->shape);
             TRY_PTR(c);
             c->src = t;
             return 0;
@@ -359,7 +361,8 @@ static int write_config(const Plan *p, json_t *root, const char *dir) {
     char *text = json_dumps(sorted, JSON_INDENT(4));
     json_decref(sorted);
     char *path = path_join(dir, "config.json");
-    int rc = text && path ? atomic_write_file(path, text, strlen(text)) : error_set("%s: cannot build config.json", dir);
+    int rc = text && path ? atomic_write_file(path, text, strlen(text))
+                          : error_set("%s: cannot build config.json", dir);
     free(text);
     mem_free(path);
     return rc;
@@ -487,7 +490,10 @@ static int convert_into(const ConvertOptions *o, const char *tmp_dir, FILE *log)
     json_error_t je;
     if (hf_config_load(&cfg, cfg_path) < 0 || quant_config_load(&qc, cfg_path) < 0) goto out;
     root = json_load_file(cfg_path, JSON_REJECT_DUPLICATES, &je);
-    if (!root) { error_set("%s:%d: %s", cfg_path, je.line, je.text); goto out; }
+    if (!root) {
+        error_set("%s:%d: %s", cfg_path, je.line, je.text);
+        goto out;
+    }
     if (st_model_open(&st, o->hf_path, false) < 0) goto out;
     if (o->quantize && qc.present) {
         error_set("%s is already quantized; convert it with -d (--dequantize) first", o->hf_path);

@@ -162,7 +162,8 @@ static int fuse_quantized(const StModel *base, const char *stem, const QuantPara
     int64_t rows = codes->shape[0], cols = codes->shape[1] * 32 / qp->bits;
     QuantTensors qt;
     TRY(quant_module_tensors(base, stem, rows, cols, qp, &qt));
-    if (wa && wa->full) return error_set("%s: %s: a full fine-tune cannot be merged into a quantized module", ad->path, nm);
+    if (wa && wa->full)
+        return error_set("%s: %s: a full fine-tune cannot be merged into a quantized module", ad->path, nm);
     if (wa && wa->a) TRY(check_lora_shapes(ad, nm, wa, ac, rows, cols));
     DType dt = qt.scales->dtype;
     size_t n = (size_t)rows * (size_t)cols;
@@ -352,7 +353,10 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     if (!shard_of) goto out;
     for (k = 0; k < n_total; k++) {
         size_t b = write_bytes(&wt[k]);
-        if (acc > 0 && acc + b > max_shard_bytes) { n_shards++; acc = 0; }
+        if (acc > 0 && acc + b > max_shard_bytes) {
+            n_shards++;
+            acc = 0;
+        }
         acc += b;
         shard_of[k] = (int)n_shards - 1;
     }
@@ -362,7 +366,10 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     size_t start = 0;
     for (size_t s = 0; s < n_shards; s++) {
         size_t end = start;
-        while (end < n_total && shard_of[end] == (int)s) { total_bytes += write_bytes(&wt[end]); end++; }
+        while (end < n_total && shard_of[end] == (int)s) {
+            total_bytes += write_bytes(&wt[end]);
+            end++;
+        }
         char fname[64];
         if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
@@ -386,13 +393,16 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     }
     json_decref(index); json_decref(weight_map);
     if (write_fused_config(model_dir, out_dir, dequantize && qc.present) < 0) goto out;
-    static const char *copies[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
+    static const char *copies[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                   "generation_config.json"};
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) if (copy_file_if_exists(model_dir, out_dir, copies[i]) < 0) goto out;
     rc = 0;
 out:
     for (size_t i = 0; owned && i < n_total; i++) mem_free(owned[i]);
     for (size_t i = 0; rq && i < n_rq; i++) { mem_free(rq[i].scales); mem_free(rq[i].biases); }
-    mem_free(owned); mem_free(wt); mem_free(rq);
+    mem_free(owned);
+    mem_free(wt);
+    mem_free(rq);
     quant_config_free(&qc);
     st_model_close(&base);
     st_close(&ad);

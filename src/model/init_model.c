@@ -38,14 +38,16 @@ int model_preset(const char *name, ModelConfig *c) {
     } else if (!strcmp(name, "llama-3.1-8b")) {
         SET("llama", 4096, 14336, 32, 32, 8, 128, 128256);
         c->tie_word_embeddings = false;
-        c->rope_theta = 500000.0; c->max_position_embeddings = 131072;
+        c->rope_theta = 500000.0;
+        c->max_position_embeddings = 131072;
         c->rope_scaling = (RopeScaling){ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 8192};
     } else if (!strcmp(name, "tiny")) {
         SET("llama", 64, 128, 2, 4, 2, 0, 256);
         c->torch_dtype = DTYPE_F32;
         c->max_position_embeddings = 2048;
     } else {
-        return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, tiny)", name);
+        return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, "
+                         "llama-3.1-8b, tiny)", name);
     }
 #undef SET
     return 0;

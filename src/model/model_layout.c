@@ -232,7 +232,8 @@ static void bind_trainables(Model *m) {
             NEXT(bp->ln1, bp->dln1);
             for (int p = 0; p < PROJ_COUNT; p++) {
                 float *w; NEXT(w, bp->dw[p]);
-                int in, out; proj_shape(d, p, &in, &out);
+                int in, out;
+                proj_shape(d, p, &in, &out);
                 bp->w[p] = fw_plain(w, DTYPE_F32, out, in, DTYPE_F32);
                 if (d->bias && p <= PROJ_V) NEXT(bp->bias[p], bp->dbias[p]);
                 if (p == PROJ_V && d->qk_norm) { NEXT(bp->qn, bp->dqn); NEXT(bp->kn, bp->dkn); }

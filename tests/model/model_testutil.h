@@ -104,8 +104,8 @@ static inline int load_planned(Model **m, Arena *arena, size_t *planned, const c
     *planned = 0;
     WeightsSummary ws;   /* from the headers: a quantized model is planned as stored */
     if (model_weights_summary(dir, cfg, &ws) < 0) return -1;
-    if (!ws.quantized && ws.file_dtype != file_dtype) return error_set("%s: matrices are %s, not %s", dir,
-                                                                       dtype_name(ws.file_dtype), dtype_name(file_dtype));
+    if (!ws.quantized && ws.file_dtype != file_dtype)
+        return error_set("%s: matrices are %s, not %s", dir, dtype_name(ws.file_dtype), dtype_name(file_dtype));
     if (model_layout_summary(cfg, spec, &ws, &cv) < 0) { plan_free(&plan); return -1; }
     *planned = plan_arena_bytes(&plan);
     plan_free(&plan);

@@ -17,12 +17,18 @@ ok() { checks=$((checks+1)); }
 bad() { checks=$((checks+1)); failed=$((failed+1)); echo "FAIL: $*"; }
 D=tests/quant/data
 PY=python3
-quant_of() { $PY -c "import json,sys; c=json.load(open(sys.argv[1])); print(json.dumps(c.get('$2'), sort_keys=True))" "$1"; }
+# the JSON of config key $2 of $1, keys sorted; json_of FILE: a whole file the same way
+quant_of() {
+  $PY -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get(sys.argv[2]), sort_keys=True))" "$1" "$2"
+}
+json_of() { $PY -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1])), sort_keys=True))" "$1"; }
+same_tensors() {   # LABEL OUT EXPECTED [METADATA]
+  if $PY tests/quant/st_compare.py "$2" "$3" ${4:-} >"$T/cmp"; then ok; else bad "$1: $(cat "$T/cmp")"; fi
+}
 
 "$BIN" convert --hf-path $D/convert_src --mlx-path "$T/q4" -q --q-bits 4 --q-group-size 64 >"$T/log1"
-if $PY tests/quant/st_compare.py "$T/q4/model.safetensors" $D/convert_q4g64/model.safetensors mlx >"$T/cmp1"; then ok
-else bad "-q 4-bit g64: $(cat "$T/cmp1")"; fi
-[ "$(quant_of "$T/q4/config.json" quantization)" = "$($PY -c 'import json; print(json.dumps(json.load(open("'$D'/convert_q4g64/quantization.json")), sort_keys=True))')" ] \
+same_tensors "-q 4-bit g64" "$T/q4/model.safetensors" $D/convert_q4g64/model.safetensors mlx
+[ "$(quant_of "$T/q4/config.json" quantization)" = "$(json_of $D/convert_q4g64/quantization.json)" ] \
   && ok || bad "quantization in config.json: $(quant_of "$T/q4/config.json" quantization)"
 [ "$(quant_of "$T/q4/config.json" quantization)" = "$(quant_of "$T/q4/config.json" quantization_config)" ] \
   && ok || bad "quantization_config differs from quantization"
@@ -34,16 +40,16 @@ keys = list(json.load(open(sys.argv[1])).keys())
 sys.exit(0 if keys == sorted(keys) else 1)
 PYEOF
 
-"$BIN" convert --model $D/convert_src --mlx-path "$T/mixed" -q --quant-predicate mixed_3_6 --q-group-size 32 >/dev/null
-if $PY tests/quant/st_compare.py "$T/mixed/model.safetensors" $D/convert_mixed_3_6_g32/model.safetensors >"$T/cmp2"; then ok
-else bad "mixed_3_6: $(cat "$T/cmp2")"; fi
-[ "$(quant_of "$T/mixed/config.json" quantization)" = "$($PY -c 'import json; print(json.dumps(json.load(open("'$D'/convert_mixed_3_6_g32/quantization.json")), sort_keys=True))')" ] \
+"$BIN" convert --model $D/convert_src --mlx-path "$T/mixed" -q --quant-predicate mixed_3_6 --q-group-size 32 \
+  >/dev/null
+same_tensors "mixed_3_6" "$T/mixed/model.safetensors" $D/convert_mixed_3_6_g32/model.safetensors
+[ "$(quant_of "$T/mixed/config.json" quantization)" = "$(json_of $D/convert_mixed_3_6_g32/quantization.json)" ] \
   && ok || bad "mixed quantization in config.json differs"
 
 "$BIN" convert --hf-path "$T/q4" --mlx-path "$T/deq" -d >/dev/null
-if $PY tests/quant/st_compare.py "$T/deq/model.safetensors" $D/convert_q4g64_deq/model.safetensors >"$T/cmp3"; then ok
-else bad "-d: $(cat "$T/cmp3")"; fi
-[ "$(quant_of "$T/deq/config.json" quantization)" = "null" ] && [ "$(quant_of "$T/deq/config.json" quantization_config)" = "null" ] \
+same_tensors "-d" "$T/deq/model.safetensors" $D/convert_q4g64_deq/model.safetensors
+[ "$(quant_of "$T/deq/config.json" quantization)" = "null" ] \
+  && [ "$(quant_of "$T/deq/config.json" quantization_config)" = "null" ] \
   && ok || bad "-d left a quantization in config.json"
 
 # dtype cast, then quantize: scales and biases in float32
@@ -62,7 +68,8 @@ PYEOF
 $PY - "$T/g128/model.safetensors" <<'PYEOF' && ok || bad "--q-group-size 128 on 64 features quantized a module"
 import json, struct, sys
 d = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", d[:8])[0]; h = json.loads(d[8:8 + n])
-sys.exit(0 if h["model.layers.0.self_attn.q_proj.weight"]["dtype"] == "BF16" and not any(k.endswith(".scales") for k in h) else 1)
+plain = h["model.layers.0.self_attn.q_proj.weight"]["dtype"] == "BF16"
+sys.exit(0 if plain and not any(k.endswith(".scales") for k in h) else 1)
 PYEOF
 
 # errors: one line, exit 1, no output left behind
@@ -73,11 +80,12 @@ expect_error() {
   if [ "$rc" = 1 ] && grep -q "^lmtune: error: .*$want" "$T/err" && [ "$(wc -l <"$T/err")" = 1 ]; then ok
   else bad "expected error '$want' (exit $rc): $(cat "$T/err")"; fi
 }
-expect_error "Cannot save to the path $T/q4 as it already exists" "$BIN" convert --hf-path $D/convert_src --mlx-path "$T/q4" -q
-expect_error "Choose either quantize or dequantize, not both." "$BIN" convert --hf-path $D/convert_src --mlx-path "$T/x1" -q -d
-expect_error "group size 48 is not supported" "$BIN" convert --hf-path $D/convert_src --mlx-path "$T/x2" -q --q-group-size 48
-expect_error "number of bits 7 is not supported" "$BIN" convert --hf-path $D/convert_src --mlx-path "$T/x3" -q --q-bits 7
-expect_error "affine quantization only" "$BIN" convert --hf-path $D/convert_src --mlx-path "$T/x4" -q --q-mode mxfp4
+CV=("$BIN" convert --hf-path $D/convert_src)
+expect_error "Cannot save to the path $T/q4 as it already exists" "${CV[@]}" --mlx-path "$T/q4" -q
+expect_error "Choose either quantize or dequantize, not both." "${CV[@]}" --mlx-path "$T/x1" -q -d
+expect_error "group size 48 is not supported" "${CV[@]}" --mlx-path "$T/x2" -q --q-group-size 48
+expect_error "number of bits 7 is not supported" "${CV[@]}" --mlx-path "$T/x3" -q --q-bits 7
+expect_error "affine quantization only" "${CV[@]}" --mlx-path "$T/x4" -q --q-mode mxfp4
 expect_error "already quantized" "$BIN" convert --hf-path "$T/q4" --mlx-path "$T/x5" -q
 expect_error "hf-path (or --model) is required" "$BIN" convert --mlx-path "$T/x6" -q
 expect_error "config.json" "$BIN" convert --hf-path "$T/nowhere" --mlx-path "$T/x7" -q

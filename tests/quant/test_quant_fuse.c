@@ -112,7 +112,8 @@ static void fuse_case(const char *dir, const char *name, const char *tmp) {
                 const StTensor *t = &st.files[f].tensors[i];
                 size_t len = strlen(t->name);
                 bool matrix = t->ndim == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight");
-                bool qparts = len > 7 && (!strcmp(t->name + len - 7, ".scales") || !strcmp(t->name + len - 7, ".biases"));
+                const char *tail = t->name + (len > 7 ? len - 7 : 0);
+                bool qparts = len > 7 && (!strcmp(tail, ".scales") || !strcmp(tail, ".biases"));
                 if (matrix || qparts) stored += t->end - t->begin;
             }
         st_model_close(&st);

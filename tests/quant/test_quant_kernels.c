@@ -71,8 +71,9 @@ static int kernel_case(const StFile *f, int bits, int group, DType dt, const cha
         free(b16);
     }
     /* the scalar definition */
-    float s0 = dt == DTYPE_F32 ? ((const float *)sc->data)[0] : dt == DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)sc->data)[0]) : f16_to_f32(((const uint16_t *)sc->data)[0]);
-    float b0 = dt == DTYPE_F32 ? ((const float *)bi->data)[0] : dt == DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)bi->data)[0]) : f16_to_f32(((const uint16_t *)bi->data)[0]);
+    float s0, b0;
+    dtype_to_f32(&s0, sc->data, dt, 1);
+    dtype_to_f32(&b0, bi->data, dt, 1);
     unsigned q0 = ((const uint8_t *)pk->data)[0] & ((1u << bits) - 1);
     CHECK_MSG(affine_value(s0, b0, q0, dt) == ref[0], "%s: affine_value", key);
     free(packed); free(scales); free(biases); free(full); free(ref);
