@@ -76,7 +76,7 @@ PYEOF
 # convert reads every shard and quantizes the same as the single file
 LMTUNE_INIT_SHARD_BYTES=40000 "$BIN" init --preset tiny --out "$T/sh" --dtype bf16 --seed 4 >/dev/null
 "$BIN" init --preset tiny --out "$T/one" --dtype bf16 --seed 4 >/dev/null
-n=$(ls "$T/sh"/model-*-of-*.safetensors 2>/dev/null | wc -l)
+n=$(ls "$T/sh"/model-*-of-*.safetensors 2>/dev/null | wc -l || true)
 [ "$n" -gt 1 ] && [ -f "$T/sh/model.safetensors.index.json" ] && ok || bad "init wrote $n shards, no index"
 "$BIN" convert --hf-path "$T/sh" --mlx-path "$T/shq" -q --q-group-size 32 >/dev/null
 "$BIN" convert --hf-path "$T/one" --mlx-path "$T/oneq" -q --q-group-size 32 >/dev/null
