@@ -89,12 +89,12 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     }
 }
 
-double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype, const int *targets,
-                   const float *row_weight, float *scratch, int chunk, int N, int C, int V) {
+double lmhead_xent(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w, const int *targets,
+                   const float *row_weight, float *scratch, int chunk, int N) {
     if (isa_avx512()) {
-        return lmhead_xent_avx512(dinp, row_loss, inp, weight, wtype, targets, row_weight, scratch, chunk, N, C, V);
+        return lmhead_xent_avx512(dinp, row_loss, inp, w, targets, row_weight, scratch, chunk, N);
     }
-    return lmhead_xent_base(dinp, row_loss, inp, weight, wtype, targets, row_weight, scratch, chunk, N, C, V);
+    return lmhead_xent_base(dinp, row_loss, inp, w, targets, row_weight, scratch, chunk, N);
 }
 
 void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {

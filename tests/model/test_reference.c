@@ -105,14 +105,24 @@ static int run_case(const RefCase *rc, bool ckpt, float **grads_out, size_t *gra
 }
 
 int main(void) {
-    printf("kernels: %s; bf16 products: %s\n", isa_describe(), matmul_bf16_supported() ? "yes" : "no (bf16 cases run as fp32)");
-    static char names[64][256];
-    int n = refcase_list(names, 64), ran = 0;
-    CHECK_MSG(n > 0, "no reference cases under tests/ref/data (committed; tests/ref/gen_refs.py writes them)");
+    printf("kernels: %s; bf16 products: %s\n", isa_describe(),
+           matmul_bf16_supported() ? "yes" : "no (bf16 cases run as fp32)");
+    /* tests/ref/data: plain models (tests/ref/gen_refs.py); tests/quant/data:
+     * MLX-quantized ones, referenced on their dequantized weights
+     * (tests/quant/gen_quant_refs.py) */
+    static const char *roots[2] = {"tests/ref/data", "tests/quant/data"};
+    static char names[96][256], root_of[96][32];
+    int n = 0, ran = 0;
+    for (int r = 0; r < 2; r++) {
+        int k = refcase_list_in(roots[r], names + n, 96 - n);
+        CHECK_MSG(k > 0, "no reference cases under %s (committed; see its generator)", roots[r]);
+        for (int i = 0; i < k; i++) snprintf(root_of[n + i], 32, "%s", roots[r]);
+        n += k;
+    }
     for (int i = 0; i < n; i++) {
         RefCase rc;
         char dir[600];
-        snprintf(dir, sizeof dir, "tests/ref/data/%.255s", names[i]);
+        snprintf(dir, sizeof dir, "%.31s/%.255s", root_of[i], names[i]);
         if (refcase_read(&rc, dir, names[i]) < 0) { CHECK_MSG(0, "%s: %s", names[i], error_message()); continue; }
         if (rc.trajectory) continue;   /* optimizer trajectories: tests/train */
         float *g0 = NULL, *g1 = NULL; size_t n0 = 0, n1 = 0;
