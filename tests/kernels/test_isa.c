@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "base/dtype.h"
+#include "kernels/frozen_weight.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -193,8 +194,9 @@ static void test_lmhead_variants(DType wtype) {
         dinp[i] = calloc((size_t)N * C, sizeof(float));
         row_loss[i] = calloc((size_t)N, sizeof(float));
     }
-    loss[0] = lmhead_xent_base(dinp[0], row_loss[0], inp, weight, wtype, targets, rw, scratch, chunk, N, C, V);
-    loss[1] = lmhead_xent_avx512(dinp[1], row_loss[1], inp, weight, wtype, targets, rw, scratch, chunk, N, C, V);
+    FrozenWeight fw = fw_plain(weight, wtype, V, C, wtype);
+    loss[0] = lmhead_xent_base(dinp[0], row_loss[0], inp, &fw, targets, rw, scratch, chunk, N);
+    loss[1] = lmhead_xent_avx512(dinp[1], row_loss[1], inp, &fw, targets, rw, scratch, chunk, N);
     bool same = loss[0] == loss[1] && same_bits(dinp[0], dinp[1], (size_t)N * C) &&
                 same_bits(row_loss[0], row_loss[1], (size_t)N);
     CHECK_MSG(same, "lmhead_xent %s: variants differ (loss %.17g vs %.17g)", dtype_name(wtype), loss[0], loss[1]);
