@@ -27,6 +27,7 @@
 #include "dist/dist.h"
 #include "formats/hf_config.h"
 #include "model/model.h"
+#include "kernels/matmul.h"
 #include "report/report_html.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
@@ -286,6 +287,8 @@ static int run_train(Run *r, int *exit_code) {
     train_install_signal_handlers();
     TrainResult res;
     TRY(train_run(&tr, &bs, &r->opt, &tc, &res));
+    /* LMTUNE_MATMUL_PROFILE: the products' CPU seconds, summed over the run */
+    if (rank == 0) matmul_profile_report(true);
     if (world > 1 && rank == 0 && res.updates > 0)
         printf("Gradient all-reduce: %.2f ms per update (%ld all-reduces, %.3f s in all)\n",
                1e3 * dist_comm_seconds() / (double)res.updates, dist_comm_calls(), dist_comm_seconds());
