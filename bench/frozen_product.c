@@ -4,7 +4,8 @@
  * 4-bit and 8-bit (expanded panel by panel into bf16, then oneDNN), plus
  * the expansion alone (weights per second) and the fused GEMV of decoding
  * against oneDNN's bf16 product for one row. Usage: frozen_product [reps]
- * [threads]. Prints a table; median of reps after one warm-up. */
+ * [threads]. Prints a table; median of reps after one warm-up.
+ * BENCH_CPU_TIME=1: CPU seconds instead of wall seconds. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,11 @@
 #include "kernels/frozen_weight.h"
 #include "kernels/matmul.h"
 
+/* Wall time, or with BENCH_CPU_TIME=1 the process's CPU time (steadier on
+ * a loaded, shared machine; run it with one thread then). */
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(getenv("BENCH_CPU_TIME") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dequant.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -69,6 +70,8 @@ extern __typeof__(attention_forward) attention_forward_base, attention_forward_a
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
+extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                        int KVH, int D) {
@@ -102,6 +105,24 @@ void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
         matmul_f32_to_bf16_avx512(dst, src, n);
     } else {
         matmul_f32_to_bf16_base(dst, src, n);
+    }
+}
+void affine_expand(const uint8_t *packed, size_t row_bytes, const void *scales, const void *biases, DType t,
+                   int bits, int group, int cols, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
+    if (isa_avx512()) {
+        affine_expand_avx512(packed, row_bytes, scales, biases, t, bits, group, cols, r0, nr, c0, nc, out, dst, ld);
+    } else {
+        affine_expand_base(packed, row_bytes, scales, biases, t, bits, group, cols, r0, nr, c0, nc, out, dst, ld);
+    }
+}
+
+void affine_gemv(float *y, size_t ldy, const float *x, const uint8_t *packed, size_t row_bytes,
+                 const void *scales, const void *biases, DType t, int bits, int group,
+                 int rows, int cols, const float *bias, int N) {
+    if (isa_avx512()) {
+        affine_gemv_avx512(y, ldy, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    } else {
+        affine_gemv_base(y, ldy, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
     }
 }
 #endif

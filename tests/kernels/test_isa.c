@@ -9,6 +9,9 @@
  *     the same bits in the baseline and the AVX-512 variant (same sums in the
  *     same order, fused multiply-adds in both), on shapes with partial tiles,
  *     head dims that are not multiples of 16 and grouped kv heads;
+ *   - the MLX affine expansion (every bits, group, scale dtype, F32 and BF16
+ *     tiles, column ranges) and the fused GEMV of decoding give the same bits
+ *     in both variants;
  *   - LMTUNE_NO_AVX512=1 turns the AVX-512 variants and oneDNN's bf16
  *     products off (checked in a child process: the choice is made once).
  * A build without the choice (make NATIVE=1, non-x86) has one variant: only
@@ -20,6 +23,7 @@
 
 #include "check.h"
 #include "base/dtype.h"
+#include "kernels/dequant.h"
 #include "kernels/frozen_weight.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
@@ -31,6 +35,8 @@ extern __typeof__(attention_forward) attention_forward_base, attention_forward_a
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
+extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
 #endif
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -210,6 +216,82 @@ static void test_lmhead_variants(DType wtype) {
     free(w16);
     free(scratch);
 }
+
+/* MLX affine weights (rows, cols) quantized from random values: expansion of
+ * a column range into F32 and BF16 tiles, and the GEMV of 3 rows, in both
+ * variants. */
+static void test_affine_variants(int bits, int group, DType t) {
+    int rows = 19;
+    int cols = 4 * group;
+    size_t n = (size_t)rows * cols;
+    size_t ng = n / (size_t)group;
+    size_t es = t == DTYPE_F32 ? 4 : 2;
+    float *w = rand_vec(n, 0.2f);
+    void *src = malloc(n * es);
+    dtype_from_f32(src, t, w, n);
+    size_t row_bytes = (size_t)cols * (size_t)bits / 8;
+    uint8_t *packed = malloc((size_t)rows * row_bytes);
+    void *scales = malloc(ng * es);
+    void *biases = malloc(ng * es);
+    affine_quantize(packed, scales, biases, src, t, bits, group, rows, cols);
+    bool same = true;
+    int c0 = group;
+    int nc = 2 * group;
+    for (int o = 0; o < 2; o++) {
+        DType out = o ? DTYPE_BF16 : DTYPE_F32;
+        size_t eo = o ? 2 : 4;
+        char *tile[2];
+        for (int v = 0; v < 2; v++) {
+            tile[v] = calloc((size_t)rows * nc, eo);
+        }
+        affine_expand_base(packed, row_bytes, scales, biases, t, bits, group, cols, 1, rows - 1, c0, nc, out,
+                           tile[0], (size_t)nc);
+        affine_expand_avx512(packed, row_bytes, scales, biases, t, bits, group, cols, 1, rows - 1, c0, nc, out,
+                             tile[1], (size_t)nc);
+        same = same && memcmp(tile[0], tile[1], (size_t)(rows - 1) * nc * eo) == 0;
+        for (int v = 0; v < 2; v++) {
+            free(tile[v]);
+        }
+    }
+    int N = 3;
+    float *x = rand_vec((size_t)N * cols, 1.0f);
+    float *bias = rand_vec((size_t)rows, 0.1f);
+    float *y[2];
+    for (int v = 0; v < 2; v++) {
+        y[v] = calloc((size_t)N * rows, sizeof(float));
+    }
+    affine_gemv_base(y[0], (size_t)rows, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    affine_gemv_avx512(y[1], (size_t)rows, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    bool gemv = same_bits(y[0], y[1], (size_t)N * rows);
+    CHECK_MSG(same && gemv, "affine %d-bit g%d %s: expansion %s, GEMV %s", bits, group, dtype_name(t),
+              same ? "same" : "DIFFERENT", gemv ? "same" : "DIFFERENT");
+    for (int v = 0; v < 2; v++) {
+        free(y[v]);
+    }
+    free(x);
+    free(bias);
+    free(w);
+    free(src);
+    free(packed);
+    free(scales);
+    free(biases);
+}
+
+static void test_affine_all(void) {
+    static const int bits[] = {2, 3, 4, 5, 6, 8};
+    static const int groups[] = {32, 64, 128};
+    static const DType types[] = {DTYPE_F32, DTYPE_BF16, DTYPE_F16};
+    int cases = 0;
+    for (int b = 0; b < 6; b++) {
+        for (int g = 0; g < 3; g++) {
+            for (int t = 0; t < 3; t++) {
+                test_affine_variants(bits[b], groups[g], types[t]);
+                cases++;
+            }
+        }
+    }
+    printf("affine expansion (F32 and BF16 tiles) and GEMV: %d cases of bits x group x dtype compared\n", cases);
+}
 #endif
 
 /* The choice under LMTUNE_NO_AVX512=1, from a child process. */
@@ -247,6 +329,7 @@ int main(int argc, char **argv) {
         if (matmul_bf16_supported()) {
             test_lmhead_variants(DTYPE_BF16);
         }
+        test_affine_all();
     } else {
         printf("no AVX-512 variant runs here: the variants are not compared\n");
     }
