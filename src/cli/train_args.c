@@ -355,7 +355,7 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     } else if (!strcmp(a->weights_dtype, "f32")) {
         spec->weight_dtype = DTYPE_F32;
     } else {
-        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype);
+        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype); /* train_args_weights_dtype measures */
     }
     spec->training = true;
     out->model_dir = a->model;
@@ -367,5 +367,24 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     out->optimizer = a->optimizer_config;
     out->memory_limit = a->memory_limit;
     out->effective_batch_size = a->effective_batch_size;
+    return 0;
+}
+
+int train_args_weights_dtype(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, char *note, size_t cap) {
+    if (strcmp(a->weights_dtype, "auto")) {
+        bool bf16 = shape->spec.weight_dtype == DTYPE_BF16;
+        snprintf(note, cap, "%s (--weights-dtype %s; bf16 weights stay bf16 in memory, widened panel by panel in "
+                 "fp32 products, and f32 weights are rounded to bf16 at load for bf16 products)",
+                 bf16 ? "bf16" : "fp32", a->weights_dtype);
+        return 0;
+    }
+    /* the probe's products: a micro-batch's rows, at most 256 */
+    long rows = a->batch_size > 0 && a->max_seq_length > 0 ? (long)a->batch_size * a->max_seq_length : 256;
+    if (rows > 256) rows = 256;
+    ModelSpec probe = shape->spec;
+    probe.grad_checkpoint = a->grad_checkpoint;
+    DType dt;
+    TRY(model_auto_weights_dtype(a->model, cfg, &probe, (int)rows, &dt, note, cap));
+    shape->spec.weight_dtype = dt;
     return 0;
 }

@@ -70,6 +70,7 @@ extern __typeof__(attention_forward) attention_forward_base, attention_forward_a
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+extern __typeof__(matmul_bf16_to_f32) matmul_bf16_to_f32_base, matmul_bf16_to_f32_avx512;
 extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
 extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
 
@@ -107,6 +108,14 @@ void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
         matmul_f32_to_bf16_base(dst, src, n);
     }
 }
+void matmul_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    if (isa_avx512()) {
+        matmul_bf16_to_f32_avx512(dst, src, n);
+    } else {
+        matmul_bf16_to_f32_base(dst, src, n);
+    }
+}
+
 void affine_expand(const uint8_t *packed, size_t row_bytes, const void *scales, const void *biases, DType t,
                    int bits, int group, int cols, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
     if (isa_avx512()) {

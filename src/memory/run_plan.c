@@ -185,7 +185,9 @@ int run_levers(const RunShape *a, const RunInputs *in, RunLever *lever) {
         v->spec.weight_dtype = DTYPE_BF16;
         snprintf(lever[nl].what, sizeof lever[nl].what, "--weights-dtype bf16");
         lever[nl].total = run_plan_total(v, in);
-        nl++;
+        /* bf16 weights stay bf16 in fp32 products too: the lever saves memory
+         * on F32 weights only (rounded to bf16 at load) */
+        if (lever[nl].total && lever[nl].total < run_plan_total(a, in)) nl++;
     }
     return nl;
 }

@@ -26,8 +26,8 @@ typedef struct {
     bool dropout;         /* training with lora_dropout > 0 */
     bool qk_norm, bias;
     DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
-    DType run_dtype;      /* dtype the frozen matrices are used in */
-    bool convert;         /* frozen matrices are converted into the arena */
+    DType run_dtype;      /* dtype of the frozen products (spec.weight_dtype) */
+    bool convert;         /* frozen matrices are converted into the arena (F32/F16 file, bf16 products) */
     bool quantized;       /* some matrix is MLX-quantized: every matrix is used as stored */
     bool bf16_compute;    /* some frozen product runs in bf16 (the conversion scratch exists) */
     int panel_cols;       /* widest frozen matrix whose products expand panels (0: none) */
@@ -139,10 +139,15 @@ struct Model {
  * PROJ_COUNT per block): module path and (rows, cols). */
 int weights_matrix_count(const Dims *d);
 void weights_matrix(const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
-/* The stored matrix of `module` as a FrozenWeight (into st's mapping; plain
- * matrices as stored, compute BF16 for BF16 and F32 otherwise). */
-int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+/* The stored matrix of `module` as a FrozenWeight (into st's mapping),
+ * multiplied in the compute type weights_compute gives for products of
+ * dtype run. */
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols, DType run,
                  FrozenWeight *out, bool *quantized);
+/* The compute type of a stored matrix in products of dtype run: BF16 when
+ * run is BF16 and the stored values are bf16 numbers (plain BF16, affine
+ * with BF16 scales), else F32. */
+DType weights_compute(const FrozenWeight *w, DType run);
 int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
 void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
 

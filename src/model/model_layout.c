@@ -70,18 +70,24 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
         return error_set("model: weights of dtype %s are not supported (F32, BF16, F16)", dtype_name(file_dtype));
     d->file_dtype = file_dtype;
-    if (file_dtype != spec->weight_dtype) { /* F16 always; BF16 -> F32 where bf16 products do not exist */
-        d->convert = true; d->run_dtype = spec->weight_dtype;
-    } else {
-        d->convert = false; d->run_dtype = file_dtype;
-    }
+    d->run_dtype = spec->weight_dtype;
+    /* Frozen matrices stay in the file's dtype, except where the products
+     * run in bf16 and the file's values are not bf16 numbers: F32 or F16
+     * matrices are then rounded to bf16 once, at load (--weights-dtype bf16
+     * halves F32 weights). 16-bit matrices in fp32 products stay 16-bit and
+     * are expanded panel by panel inside the products (dims_apply_summary). */
+    d->convert = spec->weight_dtype == DTYPE_BF16 && file_dtype != DTYPE_BF16;
     return 0;
 }
 
+static int max_in_features(const Dims *d) { return imax(imax(d->C, d->QD), d->F); }
+
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
+    bool bf16_run = d->run_dtype == DTYPE_BF16;
     if (!ws->quantized) {
-        d->bf16_compute = d->run_dtype == DTYPE_BF16;
-        d->panel_cols = 0;
+        d->bf16_compute = bf16_run;
+        /* 16-bit weights in fp32 products: panels as wide as the widest input */
+        d->panel_cols = !bf16_run && d->file_dtype != DTYPE_F32 ? max_in_features(d) : 0;
         return 0;
     }
     if (spec->type == TUNE_FULL)
@@ -90,9 +96,8 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
                          "model (lmtune convert -d)");
     d->quantized = true;
     d->convert = false;
-    d->run_dtype = d->file_dtype;
-    d->bf16_compute = ws->bf16_compute;
-    d->panel_cols = ws->panel_cols;
+    d->bf16_compute = bf16_run && ws->bf16_values;
+    d->panel_cols = bf16_run ? ws->panel_cols_bf16 : ws->panel_cols_f32;
     return 0;
 }
 

@@ -83,7 +83,7 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
     if (m->d.quantized) {
         FrozenWeight v;
         bool q;
-        TRY(weights_view(&m->st, &m->qc, module, rows, cols, &v, &q));
+        TRY(weights_view(&m->st, &m->qc, module, rows, cols, m->d.run_dtype, &v, &q));
         if (fw) *fw = v;
         return 0;
     }
@@ -97,7 +97,8 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
         convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
         *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *fw = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+        /* in place in the mapped file; 16-bit weights in fp32 products expand panels */
+        *fw = fw_plain(t->data, t->dtype, rows, cols, m->d.run_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     }
     return 0;
 }

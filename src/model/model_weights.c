@@ -25,7 +25,11 @@ void weights_matrix(const Dims *d, int k, char *module, size_t cap, int *rows, i
     proj_shape(d, p, cols, rows);
 }
 
-int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+DType weights_compute(const FrozenWeight *w, DType run) {
+    return run == DTYPE_BF16 && w->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+}
+
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols, DType run,
                  FrozenWeight *out, bool *quantized) {
     QuantParams qp;
     int q = quant_module(qc, st, module, &qp);
@@ -37,13 +41,15 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
         TRY(quant_module_tensors(st, module, rows, cols, &qp, &qt));
         *out = fw_affine(qt.codes->data, qt.scales->data, qt.biases->data, qt.scales->dtype, qp.bits, qp.group,
                          rows, cols);
+        out->compute = weights_compute(out, run);
         return 0;
     }
     snprintf(name, sizeof name, "%s.weight", module);
     int64_t shape[2] = {rows, cols};
     const StTensor *t;
     TRY(st_model_expect(st, name, 2, shape, &t));
-    *out = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+    *out = fw_plain(t->data, t->dtype, rows, cols, DTYPE_F32);
+    out->compute = weights_compute(out, run);
     return 0;
 }
 
@@ -63,7 +69,7 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
         weights_matrix(&d, k, module, sizeof module, &rows, &cols);
         FrozenWeight w;
         bool q;
-        TRY(weights_view(st, qc, module, rows, cols, &w, &q));
+        TRY(weights_view(st, qc, module, rows, cols, DTYPE_F32, &w, &q));
         size_t bytes = fw_storage_bytes(&w);
         if (k == 0) ws->embed_bytes = bytes;
         else if (k == 1) ws->lm_head_bytes = bytes;
@@ -76,8 +82,10 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
         } else if (plain == DTYPE_COUNT) {
             plain = w.dtype;
         }
-        if (w.compute == DTYPE_BF16) ws->bf16_compute = true;
-        if (!fw_is_direct(&w) && cols > ws->panel_cols) ws->panel_cols = cols;
+        if (w.dtype == DTYPE_BF16) ws->bf16_values = true;
+        if (!fw_is_direct(&w) && cols > ws->panel_cols_f32) ws->panel_cols_f32 = cols;
+        w.compute = weights_compute(&w, DTYPE_BF16);
+        if (!fw_is_direct(&w) && cols > ws->panel_cols_bf16) ws->panel_cols_bf16 = cols;
     }
     if (!ws->quantized) ws->bits_min = 0;
     ws->file_dtype = ws->quantized ? scales : plain;

@@ -261,7 +261,26 @@ def fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected):
     return {k: float(f"{v:.3e}") for k, v in dev.items()}
 
 
-def write_case_dir(name, cfg, file_weights, case, inputs, expected):
+def unrounded_expected(model, inputs):
+    """bf16 cases: the same computation without rounding the inputs of the
+    bf16 products (round_inputs off): what an engine computes in fp32
+    products on the bf16 weights (lmtune's --weights-dtype f32 on a bf16
+    file). Written as fp32_expected.safetensors."""
+    saved = model.round_inputs
+    model.round_inputs = False
+    loss, ntok, logits = tm.forward_loss(model, inputs["tokens"], inputs["lengths"], inputs["offsets"])
+    names = sorted(model.trainable)
+    grads = torch.autograd.grad(loss, [model.trainable[n] for n in names])
+    model.round_inputs = saved
+    out = {"loss": torch.tensor([loss.item()], dtype=torch.float32),
+           "ntokens": torch.tensor([ntok], dtype=torch.int32),
+           "logits": logits.detach().float()}
+    for n, g in zip(names, grads):
+        out["grad." + n] = g.float()
+    return out
+
+
+def write_case_dir(name, cfg, file_weights, case, inputs, expected, fp32_expected=None):
     d = os.path.join(DATA, name)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -273,8 +292,12 @@ def write_case_dir(name, cfg, file_weights, case, inputs, expected):
     save_safetensors(os.path.join(d, "model.safetensors"), file_weights)
     save_safetensors(os.path.join(d, "inputs.safetensors"), inputs)
     save_safetensors(os.path.join(d, "expected.safetensors"), expected)
+    files = [("model", file_weights), ("inputs", inputs), ("expected", expected)]
+    if fp32_expected is not None:
+        save_safetensors(os.path.join(d, "fp32_expected.safetensors"), fp32_expected)
+        files.append(("fp32_expected", fp32_expected))
     # read back: the writer and reader agree bit for bit
-    for fn, ref in (("model", file_weights), ("inputs", inputs), ("expected", expected)):
+    for fn, ref in files:
         back = load_safetensors(os.path.join(d, fn + ".safetensors"))
         assert set(back) == set(ref)
         for k in ref:
@@ -310,7 +333,8 @@ def grad_case(name, seed, cfg, case, B, W, lengths, offsets, description):
     print(f"{name}: loss={loss.item():.6f} ntokens={ntok} trainable tensors={len(names)}")
     finite_difference_check(name, model, tokens, lens, offs)
     case["fp32_deviation"] = fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected)
-    write_case_dir(name, cfg, file_weights, case, inputs, expected)
+    fp32x = unrounded_expected(model, inputs) if case["weights_dtype"] == "bfloat16" else None
+    write_case_dir(name, cfg, file_weights, case, inputs, expected, fp32x)
     return model, inputs, expected
 
 
