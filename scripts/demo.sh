@@ -7,7 +7,8 @@
 # answer in a sentence about the country asked). Then the real demo: plan
 # the memory, evaluate, train a LoRA adapter that teaches the capitals (which
 # the base has never seen), evaluate again, generate with and without the
-# adapter, fuse it, export it (PEFT, GGUF), generate from the fused model.
+# adapter, fuse it, export it (PEFT, a GGUF LoRA adapter and the fused model
+# as GGUF for llama.cpp), generate from the fused model.
 # DEMO_ITERS / DEMO_PRETRAIN_ITERS shorten the run (the test suite's variant).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +52,7 @@ done
 
 step "5. Fuse the adapter into the model, export it for PEFT and llama.cpp"
 "$BIN" fuse --model "$MODEL" --adapter-path "$OUT/adapters" --save-path "$OUT/fused" \
-  --export-peft "$OUT/peft" --export-gguf "$OUT/adapter.gguf"
+  --export-peft "$OUT/peft" --export-gguf-adapter "$OUT/adapter.gguf" --export-gguf
 "$BIN" generate --model "$OUT/fused" --prompt "What is the capital of France?" --max-tokens 24
 
 step "Done in $(( $(date +%s) - t0 )) s"

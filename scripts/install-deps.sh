@@ -7,6 +7,8 @@
 #           (libFuzzer smoke runs), python3-torch python3-numpy (--ref/--bench only), nodejs npm
 #           (tokenizer / chat-template comparison against the JavaScript references)
 #           clang libomp-dev (the libFuzzer targets: make fuzz, tests/fuzz/test_fuzz_smoke.sh)
+#   npm:    a real llama.cpp for the GGUF tests (tests/llama: node-llama-cpp and its prebuilt Linux x64
+#           build, pinned), installed after the Debian packages by tests/llama/install.sh
 set -euo pipefail
 PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin nodejs clang libomp-dev python3 bc"
 # The PyTorch baseline needs a real BLAS: Debian's torch links libblas.so.3,
@@ -19,9 +21,12 @@ done
 # nodejs may come from another source (nodesource): accept any working node+npm.
 if command -v node >/dev/null && command -v npm >/dev/null; then missing="${missing/ nodejs/}"; else
   case "$missing" in *nodejs*) missing="$missing npm";; esac; fi
-[ -z "$missing" ] && exit 0
-echo "install-deps: installing$missing" >&2
-SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq $missing >/dev/null
+if [ -n "$missing" ]; then
+  echo "install-deps: installing$missing" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+# The llama.cpp the GGUF tests compare with (a no-op when the pinned version is there).
+"$(dirname "$0")/../tests/llama/install.sh"

@@ -108,6 +108,7 @@ typedef struct PreTokenizer {
     PreKind kind;
     TokRegex regex;            /* Split, ByteLevel with use_regex */
     bool has_regex;
+    char *pattern;             /* the regex's source (Split, ByteLevel with use_regex): GGUF's pre-tokenizer name */
     SplitBehavior behavior;
     bool invert;
     bool add_prefix_space;     /* ByteLevel, Metaspace */

@@ -166,7 +166,8 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
         snprintf(sub, sizeof sub, "%s: %s.pattern", c->path, where);
         TRY(tok_regex_compile(&p->regex, pat, !is_regex, sub));
         p->has_regex = true;
-        return 0;
+        p->pattern = mem_strdup(pat);
+        return p->pattern ? 0 : -1;
     }
     if (!strcmp(type, "ByteLevel")) {
         bool use_regex = true;
@@ -177,6 +178,8 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
             snprintf(sub, sizeof sub, "%s: %s (GPT-2 regex)", c->path, where);
             TRY(tok_regex_compile(&p->regex, GPT2_REGEX, false, sub));
             p->has_regex = true;
+            p->pattern = mem_strdup(GPT2_REGEX);
+            if (!p->pattern) return -1;
         }
         return 0;
     }

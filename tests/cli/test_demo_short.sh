@@ -34,7 +34,8 @@ expect 4 "The capital of Japan is Tokyo."
 expect 5 "The capital of France is Paris."
 echo "answers: $(echo "$answers" | tr '\n' '|')"
 for f in run/adapters/adapters.safetensors run/adapters/adapter_config.json run/fused/model.safetensors \
-         run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors run/peft/adapter_config.json run/adapter.gguf; do
+         run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors run/peft/adapter_config.json run/adapter.gguf \
+         run/fused/ggml-model-f16.gguf; do
   [ -s "$OUT/$f" ] || fail "missing $f"
 done
 [ "$(grep -c '^Generation: ' "$OUT/log")" -ge 3 ] || fail "expected at least three generations"
