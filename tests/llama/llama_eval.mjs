@@ -7,10 +7,11 @@
 // JOBS: {"jobs": [{"model": "m.gguf", "lora": "a.gguf" (optional),
 //          "lora_scale": 1, "vocab_only": false,
 //          "runs": [{"tokens": [ids], "logits_at": [positions], "greedy": N}],
-//          "tokenize": ["text", ...]}]}
+//          "tokenize": ["text", ...], "tokenize_nfc": false}]}
 // OUT:  {"llama_cpp": "release tag", "results": [{"runs": [{"logits":
 //          [[V floats] per position of logits_at], "greedy": [N ids]}],
-//          "tokenize": [[ids] per text], "bos": id|null, "eos": id|null,
+//          "tokenize": [[ids] per text], "tokenize_nfc": [[ids] of each text
+//          after String.normalize("NFC"), when asked], "bos": id|null, "eos": id|null,
 //          "add_bos": bool}]}
 //
 // Logits are llama.cpp's raw logits: a temperature-0 sampler chain is the
@@ -66,6 +67,8 @@ for (const job of spec.jobs) {
   const out = { bos: model.tokens.bos ?? null, eos: model.tokens.eos ?? null,
                 add_bos: model.tokens.shouldPrependBosToken };
   if (job.tokenize) out.tokenize = job.tokenize.map((t) => Array.from(model.tokenize(t, true)));
+  if (job.tokenize && job.tokenize_nfc)
+    out.tokenize_nfc = job.tokenize.map((t) => Array.from(model.tokenize(t.normalize("NFC"), true)));
   if (job.runs && job.runs.length) {
     const len = Math.max(...job.runs.map((r) => r.tokens.length + (r.greedy || 0))) + 8;
     const context = await model.createContext({
