@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "base/fileio.h"
-#include "kernels/ggml_quants.h"
+#include "base/ggml_types.h"
 
 enum {
     GGUF_TYPE_UINT8 = 0,

@@ -14,7 +14,7 @@
 #include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/ggml_quants.h"
-#include "kernels/ops.h"
+#include "base/rope_scaling.h"
 #include "model/fuse.h"
 #include "tokenizer/tok_gguf.h"
 #include <math.h>

@@ -34,12 +34,14 @@
 #include "formats/hf_config.h"
 #include "formats/model_tensors.h"
 #include "formats/safetensors.h"
+#include "kernels/ggml_quants.h"
 #include "model/adapter_io.h"
 #include "model/fuse.h"
 #include "model/gguf_export.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include <math.h>
+#include <omp.h>
 #include <unistd.h>
 
 enum { R = 4, GREEDY = 32, MAXV = 512 };
@@ -411,6 +413,8 @@ static double rel_err(const float *a, const float *ref, size_t n) {
 
 int main(void) {
     llama_require();
+    /* tiny models: one thread (OpenMP barriers stall on a shared, oversubscribed machine) */
+    omp_set_num_threads(1);
     snprintf(root, sizeof root, "build/test_llama_interop.%d", (int)getpid());
     CHECK(dir_ensure(root) == 0);
     static Case cases[N_ARCH];

