@@ -3,6 +3,7 @@
  * those convert_hf_to_gguf.py writes (TextModel.set_gguf_parameters) and
  * llama.cpp reads (llama-arch.cpp). */
 #include "formats/gguf_arch.h"
+#include "base/alloc.h"
 #include "base/error.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,7 @@ static int rope_from_gguf(const GgufFile *g, const char *arch, ModelConfig *c) {
     } else if (type && strcmp(type, "none")) {
         rc = error_set("%s: %s.rope.scaling.type \"%s\" is not supported (none, linear)", g->name, arch, type);
     }
-    free(type);
+    mem_free(type);
     TRY(rc);
     const GgufTensorInfo *f = gguf_find_tensor(g, "rope_freqs.weight");
     if (!f) return 0;
@@ -139,7 +140,7 @@ int gguf_model_config(const GgufFile *g, ModelConfig *c) {
     char *arch_name = NULL;
     TRY(gguf_get_str(g, "general.architecture", true, &arch_name));
     const GgufArch *a = gguf_arch_by_name(arch_name);
-    free(arch_name);
+    mem_free(arch_name);
     if (!a) return error_prefix("%s", g->name);
     const char *arch = a->arch;
     snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);

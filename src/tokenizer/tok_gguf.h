@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 /* llama.cpp's llama_token_type */
@@ -44,4 +45,9 @@ typedef struct {
  * is used when the tokenizer names no EOS (config.json's eos_token_id). */
 int tokenizer_gguf_meta(const Tokenizer *t, int32_t vocab_size, int32_t eos_fallback, TokGgufMeta *m);
 void tokenizer_gguf_meta_free(TokGgufMeta *m);
+
+/* The other way: the tokenizer a GGUF file's metadata describes, splitting
+ * text as llama.cpp does with it (tok_gguf_read.c). Errors name the file
+ * and the key. */
+int tokenizer_load_gguf(Tokenizer **out, const GgufFile *g);
 #endif

@@ -524,9 +524,8 @@ static int parse_config(const Ctx *c, json_t *root) {
 }
 
 /* ------------------------------------------------------------------ load */
-static int load_json_tokenizer(Tokenizer *t, const char *path) {
-    json_t *root = load_json(path, 0);
-    if (!root) return -1;
+/* Parses a tokenizer.json document (root: borrowed; `path` names it in errors). */
+static int parse_tokenizer_root(Tokenizer *t, json_t *root, const char *path) {
     Ctx c = { path, t };
     int rc = parse_model(&c, root);
     json_t *j;
@@ -543,7 +542,6 @@ static int load_json_tokenizer(Tokenizer *t, const char *path) {
         t->decoder = mem_calloc(1, sizeof *t->decoder);
         rc = t->decoder ? parse_decoder(&c, j, "decoder", t->decoder) : -1;
     }
-    json_decref(root);
     if (rc < 0) return -1;
     t->byte_level = pretokenizer_has_bytelevel(t->pre_tokenizer);
     for (int b = 0; b < 256; b++) {
@@ -559,6 +557,36 @@ static int load_json_tokenizer(Tokenizer *t, const char *path) {
     }
     TRY(added_trie_build(t));
     return bpe_cache_create(&t->cache);
+}
+
+static int load_json_tokenizer(Tokenizer *t, const char *path) {
+    json_t *root = load_json(path, 0);
+    if (!root) return -1;
+    int rc = parse_tokenizer_root(t, root, path);
+    json_decref(root);
+    return rc;
+}
+
+int tokenizer_from_json(Tokenizer **out, json_t *tokenizer, json_t *config, const char *name) {
+    *out = NULL;
+    Tokenizer *t = mem_calloc(1, sizeof *t);
+    if (!t) return -1;
+    t->bos_id = -1;
+    t->eos_id = -1;
+    t->pad_id = -1;
+    t->unk_id = -1;
+    t->json_path = mem_strdup(name);
+    int rc = t->json_path ? parse_tokenizer_root(t, tokenizer, name) : -1;
+    if (rc == 0 && config) {
+        Ctx c = { name, t };
+        rc = parse_config(&c, config);
+    }
+    if (rc < 0) {
+        tokenizer_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
 }
 
 int tokenizer_load_files(Tokenizer **out, const char *tokenizer_json, const char *tokenizer_config_json) {

@@ -22,7 +22,11 @@
  *            line holds "</s>" and llama.cpp's ids hold that token;
  *   unicode  llama.cpp's Unicode tables predate the letters of the corpus
  *            line written for that ("letters newer than Unicode 14"),
- *            which lmtune classifies as Node's Unicode 17 does. */
+ *            which lmtune classifies as Node's Unicode 17 does.
+ * The other way, lmtune's tokenizer read from the GGUF metadata alone
+ * (tokenizer_load_gguf, which splits text as llama.cpp does with that
+ * metadata) must give llama.cpp's ids on every line but the unicode one,
+ * and decode every line's ids to the text the tokenizer.json decodes. */
 #include "check.h"
 #include "llama_run.h"
 #include "base/alloc.h"
@@ -33,6 +37,7 @@
 #include "formats/safetensors.h"
 #include "kernels/ggml_quants.h"
 #include "model/gguf_export.h"
+#include "tokenizer/tok_gguf.h"
 #include "tokenizer/tokenizer.h"
 #include <omp.h>
 #include <unistd.h>
@@ -245,6 +250,45 @@ int main(void) {
             }
             mem_free(ids);
         }
+        /* lmtune's tokenizer from the GGUF file alone */
+        GgufFile gf;
+        Tokenizer *gt = NULL;
+        CHECK(gguf_open(&gf, cs->gguf) == 0);
+        int grc = tokenizer_load_gguf(&gt, &gf);
+        CHECK_MSG(grc == 0, "%s: tokenizer from GGUF: %s", cs->name, error_message());
+        size_t g_same = 0;
+        size_t g_dec = 0;
+        size_t g_expected = 0;
+        for (size_t i = 0; grc == 0 && i < corpus.n; i++) {
+            int32_t *ids;
+            size_t n;
+            bool unicode = strstr(corpus.text[i], "letters newer than Unicode 14") != NULL;
+            CHECK(tokenizer_encode(gt, corpus.text[i], corpus.len[i], false, &ids, &n) == 0);
+            json_t *ref = json_array_get(tk, i);
+            bool eq = json_array_size(ref) == n;
+            for (size_t k = 0; eq && k < n; k++) eq = json_integer_value(json_array_get(ref, k)) == ids[k];
+            g_same += eq;
+            g_expected += eq || unicode;
+            if (!eq && !unicode && shown++ < 5)
+                fprintf(stderr, "%s line %zu: the GGUF tokenizer differs from llama.cpp\n", cs->name, i + 1);
+            char *d1;
+            char *d2;
+            size_t l1;
+            size_t l2;
+            CHECK(tokenizer_decode(gt, ids, n, false, &d1, &l1) == 0);
+            CHECK(tokenizer_decode(cs->tok, ids, n, false, &d2, &l2) == 0);
+            g_dec += l1 == l2 && !memcmp(d1, d2, l1);
+            mem_free(d1);
+            mem_free(d2);
+            mem_free(ids);
+        }
+        printf("%-16s from the GGUF alone: %zu/%zu lines as llama.cpp, %zu/%zu decoded as tokenizer.json\n",
+               cs->name, g_same, corpus.n, g_dec, corpus.n);
+        CHECK_MSG(g_expected == corpus.n, "%s: the GGUF tokenizer differs from llama.cpp on %zu lines", cs->name,
+                  corpus.n - g_expected);
+        CHECK(g_dec == corpus.n);
+        tokenizer_free(gt);
+        gguf_close(&gf);
         /* BOS: what add_special adds in lmtune, llama.cpp adds by its metadata */
         int32_t *with;
         size_t nw;
