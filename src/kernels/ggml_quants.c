@@ -261,6 +261,28 @@ void ggml_dequantize_row(int type, const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / bs; i++) fn(b + (size_t)i * bb, dst + i * bs);
 }
 
+void ggml_expand(int type, const uint8_t *data, size_t row_bytes, int r0, int nr, int c0, int nc, DType out,
+                 void *dst, size_t ld) {
+    const int bs = ggml_block_size(type);
+    const size_t off = ggml_row_bytes(type, c0);
+    float tmp[GGML_QK_K];
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *src = data + (size_t)(r0 + r) * row_bytes + off;
+        if (out == DTYPE_F32) {
+            ggml_dequantize_row(type, src, (float *)dst + (size_t)r * ld, nc);
+            continue;
+        }
+        uint16_t *d16 = (uint16_t *)dst + (size_t)r * ld;
+        /* a block at a time through a small buffer, rounded to bf16 */
+        int step = bs > 1 ? bs : GGML_QK_K;
+        for (int c = 0; c < nc; c += step) {
+            int k = nc - c < step ? nc - c : step;
+            ggml_dequantize_row(type, src + ggml_row_bytes(type, c), tmp, k);
+            for (int i = 0; i < k; i++) d16[c + i] = f32_to_bf16(tmp[i]);
+        }
+    }
+}
+
 /* roundf(x) stored in an int8_t, as the reference's implicit conversion
  * does on x86 (cvttss2si): a NaN becomes 0. |x| <= 127 otherwise. */
 static int8_t round_to_i8(float x) {

@@ -10,7 +10,9 @@
  *     scales and of the special rows: zeros, halves that round away from
  *     zero, a huge value, +-inf, NaN, subnormals, scales whose fp16
  *     overflows or underflows.
- * Also the type table (block sizes, bytes, row sizes) against ggml-common.h. */
+ * Also the type table (block sizes, bytes, row sizes) against ggml-common.h,
+ * and ggml_expand (the tiles of the frozen-weight products) against whole
+ * rows, as F32 and as BF16. */
 #include "check.h"
 #include "base/alloc.h"
 #include "base/fileio.h"
@@ -174,6 +176,34 @@ int main(void) {
         CHECK_MSG(bad == 0, "%s: %zu values differ", ggml_type_name(type), bad);
         mem_free(got);
         mem_free(ref);
+    }
+
+    /* tiles of a (5, 2 blocks) matrix equal the rows' dequantized values */
+    for (int t = 0; t < NT; t++) {
+        int type = TYPES[t];
+        int bs = ggml_block_size(type);
+        int cols = bs == 1 ? 64 : 2 * bs;
+        size_t rb = ggml_row_bytes(type, cols);
+        int bad_tiles = 0;
+        float row[512];
+        float tile[5 * 512];
+        uint16_t tile16[5 * 512];
+        for (int r0 = 0; r0 < 5; r0 += 2) {
+            for (int c0 = 0; c0 < cols; c0 += (bs == 1 ? 16 : bs)) {
+                int nr = 5 - r0 < 2 ? 5 - r0 : 2;
+                int nc = cols - c0;
+                ggml_expand(type, blocks[t], rb, r0, nr, c0, nc, DTYPE_F32, tile, 512);
+                ggml_expand(type, blocks[t], rb, r0, nr, c0, nc, DTYPE_BF16, tile16, 512);
+                for (int r = 0; r < nr; r++) {
+                    ggml_dequantize_row(type, blocks[t] + (size_t)(r0 + r) * rb, row, cols);
+                    for (int c = 0; c < nc; c++) {
+                        bad_tiles += !same_bits(tile[r * 512 + c], row[c0 + c]);
+                        bad_tiles += tile16[r * 512 + c] != f32_to_bf16(row[c0 + c]);
+                    }
+                }
+            }
+        }
+        CHECK_MSG(bad_tiles == 0, "%s: %d tile values differ from the rows", ggml_type_name(type), bad_tiles);
     }
 
     char *ref;
