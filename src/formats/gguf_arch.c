@@ -5,6 +5,7 @@
 #include "formats/gguf_arch.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "formats/model_tensors.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,4 +194,53 @@ int gguf_model_config(const GgufFile *g, ModelConfig *c) {
     if (q && q->type == GGML_TYPE_BF16) c->torch_dtype = DTYPE_BF16;
     if (q && q->type == GGML_TYPE_F16) c->torch_dtype = DTYPE_F16;
     return 0;
+}
+
+const GgufTensorInfo *gguf_model_tensor(const GgufFile *g, const GgufArch *a, const char *hf_name) {
+    char name[96];
+    if (gguf_tensor_name(a, hf_name, name, sizeof name) < 0) return NULL;
+    return gguf_find_tensor(g, name);
+}
+
+int gguf_check_model_tensors(const GgufFile *g, const GgufArch *a, const ModelConfig *c) {
+    ModelTensorSpec *specs;
+    size_t n;
+    TRY(model_tensor_specs(c, &specs, &n));
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const ModelTensorSpec *s = &specs[i];
+        char name[96];
+        const GgufTensorInfo *t = NULL;
+        if (gguf_tensor_name(a, s->name, name, sizeof name) == 0) t = gguf_find_tensor(g, name);
+        if (!t) {
+            rc = error_set("%s: tensor %s (%s) is missing", g->name, name, s->name);
+            break;
+        }
+        /* ggml order: ne[0] is the contiguous (last) dimension */
+        bool same = t->n_dims == s->ndim && t->ne[0] == s->shape[s->ndim - 1];
+        if (s->ndim == 2) same = same && t->ne[1] == s->shape[0];
+        if (!same) {
+            rc = error_set("%s: tensor %s has ne [%lld, %lld] but the metadata implies [%lld, %lld]", g->name, name,
+                           (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1),
+                           (long long)s->shape[s->ndim - 1], (long long)(s->ndim == 2 ? s->shape[0] : 1));
+        } else if (s->ndim == 1 && ggml_type_is_quantized(t->type)) {
+            rc = error_set("%s: tensor %s is %s; norms and biases must be F32, F16 or BF16", g->name, name,
+                           ggml_type_name(t->type));
+        }
+    }
+    size_t expected = n + (gguf_find_tensor(g, "rope_freqs.weight") ? 1 : 0);
+    if (rc == 0 && g->n_tensors != expected) {
+        /* name the first tensor the model has no use for */
+        for (size_t i = 0; i < g->n_tensors && rc == 0; i++) {
+            const char *nm = g->tensors[i].name;
+            bool known = !strcmp(nm, "rope_freqs.weight");
+            for (size_t k = 0; k < n && !known; k++) {
+                char name[96];
+                known = gguf_tensor_name(a, specs[k].name, name, sizeof name) == 0 && !strcmp(name, nm);
+            }
+            if (!known) rc = error_set("%s: tensor %s is not part of a %s model", g->name, nm, a->arch);
+        }
+    }
+    mem_free(specs);
+    return rc;
 }

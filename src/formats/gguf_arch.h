@@ -51,4 +51,10 @@ const GgufArch *gguf_arch_by_name(const char *arch);
  * the matrices are BF16, else F32 (the compute type). Every missing or
  * inconsistent key is an error naming the file and the key. */
 int gguf_model_config(const GgufFile *g, ModelConfig *c);
+/* The GGUF tensor of a Hugging Face tensor name, or NULL. */
+const GgufTensorInfo *gguf_model_tensor(const GgufFile *g, const GgufArch *a, const char *hf_name);
+/* Every tensor the config implies is there with the shape it implies (ne
+ * reversed), norms and biases unquantized, and no other tensor but
+ * rope_freqs.weight: the first problem is the error. */
+int gguf_check_model_tensors(const GgufFile *g, const GgufArch *a, const ModelConfig *c);
 #endif
