@@ -1,0 +1,267 @@
+/* test_llama_quant_base.c: (c) of the GGUF checks: a LoRA adapter trained
+ * by lmtune on a quantized GGUF base, applied by a real llama.cpp to that
+ * same file (--lora), gives lmtune's own logits. Bases: a llama model
+ * (GQA, hidden 256, so every matrix row holds whole Q4_K super-blocks)
+ * exported by lmtune as f32 GGUF, then its matrices (the embedding too)
+ * quantized to Q4_K (a simple min/max quantizer of this test: any valid
+ * blocks do) and to Q8_0 (ggml's reference quantizer).
+ *
+ * lmtune trains on the very weights of the file: the GGUF's tensors
+ * dequantized bit-exactly (kernels/ggml_quants.c, tested against the
+ * reference) into an f32 model directory, q/k rows back in Hugging Face's
+ * order. The adapter is exported from lmtune's adapters.safetensors as a
+ * GGUF LoRA (q/k lora_b permuted for llama.cpp's row order).
+ *
+ * Bound: llama.cpp multiplies Q4_K and Q8_0 weights with activations
+ * quantized to 8 bits per block (Q8_K / Q8_0), relative ~1/127 of a typical
+ * value, over ~15 products: 16/127 of the largest logit, as for the q8_0
+ * export in test_llama_interop.c. The adapter must matter: without it
+ * llama.cpp's logits are farther from lmtune's-with-adapter than the bound. */
+#include "check.h"
+#include "llama_models.h"
+#include "llama_run.h"
+#include "model/gguf_export.h"
+#include "tokenizer/tokenizer.h"
+#include <omp.h>
+#include <unistd.h>
+
+enum { GREEDY = 24 };
+
+static const char CHATML[] =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+static const char PROMPT[] = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+static const double BOUND = 16.0 / 127;
+
+static char root[128];
+
+static char *path(const char *name) {
+    static char buf[8][256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", root, name);
+    return buf[k];
+}
+
+/* A plain Q4_K quantizer (not ggml's search for the best scales): per
+ * sub-block of 32, min m = min(0, x) and scale s = (max - m) / 15; the
+ * super-block's d and dmin are the largest s and -m over 63; 6-bit scales
+ * and mins packed as get_scale_min_k4 unpacks them. */
+static void quantize_q4_K(const float *x, uint8_t *blk) {
+    float s[8];
+    float mn[8];
+    float smax = 0;
+    float mmax = 0;
+    for (int j = 0; j < 8; j++) {
+        float lo = 0;
+        float hi = 0;
+        for (int l = 0; l < 32; l++) {
+            lo = fminf(lo, x[32 * j + l]);
+            hi = fmaxf(hi, x[32 * j + l]);
+        }
+        s[j] = (hi - lo) / 15;
+        mn[j] = -lo;
+        smax = fmaxf(smax, s[j]);
+        mmax = fmaxf(mmax, mn[j]);
+    }
+    uint16_t hd = f32_to_f16(smax / 63);
+    uint16_t hm = f32_to_f16(mmax / 63);
+    float d = f16_to_f32(hd);
+    float dmin = f16_to_f32(hm);
+    uint8_t sc[8];
+    uint8_t mq[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)fminf(63, roundf(d > 0 ? s[j] / d : 0));
+        mq[j] = (uint8_t)fminf(63, roundf(dmin > 0 ? mn[j] / dmin : 0));
+    }
+    memcpy(blk, &hd, 2);
+    memcpy(blk + 2, &hm, 2);
+    uint8_t *q = blk + 4;
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        q[j + 4] = (uint8_t)(mq[j] | ((mq[j + 4] >> 4) << 6));
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mq[j + 4] & 0xF) << 4));
+    }
+    uint8_t *qs = blk + 16;
+    for (int k = 0; k < 4; k++) {
+        for (int l = 0; l < 32; l++) {
+            int v[2];
+            for (int h = 0; h < 2; h++) {
+                int j = 2 * k + h;
+                float scale = d * sc[j];
+                float m = dmin * mq[j];
+                float r = scale > 0 ? roundf((x[32 * j + l] + m) / scale) : 0;
+                v[h] = (int)fminf(15, fmaxf(0, r));
+            }
+            qs[32 * k + l] = (uint8_t)(v[0] | (v[1] << 4));
+        }
+    }
+}
+
+typedef struct {
+    int type;
+    float *src;      /* the f32 tensor */
+    int64_t cols;
+} Requant;
+
+static int produce(void *ctx, size_t i, void *dst, size_t bytes) {
+    Requant *rq = &((Requant *)ctx)[i];
+    int64_t rows = (int64_t)(bytes / ggml_row_bytes(rq->type, rq->cols));
+    size_t rb = ggml_row_bytes(rq->type, rq->cols);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = rq->src + r * rq->cols;
+        uint8_t *y = (uint8_t *)dst + r * rb;
+        if (rq->type == GGML_TYPE_Q8_0) {
+            ggml_quantize_row_q8_0(x, y, rq->cols);
+            continue;
+        }
+        for (int64_t b = 0; b < rq->cols / 256; b++) quantize_q4_K(x + 256 * b, y + 144 * b);
+    }
+    return 0;
+}
+
+/* src (an f32 GGUF model) with every matrix in `type`; the metadata copied. */
+static int requantize(const char *src, const char *dst, int type) {
+    GgufFile g;
+    TRY(gguf_open(&g, src));
+    GgufKVOut *kv = mem_calloc(g.n_kv + 1, sizeof *kv);
+    GgufTensorOut *ts = mem_calloc(g.n_tensors + 1, sizeof *ts);
+    Requant *rq = mem_calloc(g.n_tensors + 1, sizeof *rq);
+    size_t cap = 2 * g.n_kv + 2;
+    for (size_t i = 0; i < g.n_kv; i++) cap += g.kv[i].arr_type == GGUF_TYPE_STRING ? g.kv[i].arr_n : 0;
+    void **owned = mem_calloc(cap, sizeof *owned);
+    size_t no = 0;
+    for (size_t i = 0; i < g.n_kv; i++) {
+        const GgufKV *k = &g.kv[i];
+        kv[i] = (GgufKVOut){.key = k->key, .type = k->type, .u32 = (uint32_t)k->u, .i32 = (int32_t)k->i,
+                            .f32 = (float)k->f, .b = k->u != 0, .arr_type = k->arr_type, .n = k->arr_n};
+        if (k->type == GGUF_TYPE_STRING) kv[i].str = owned[no++] = mem_strndup(k->str.p, k->str.n);
+        if (!strcmp(k->key, "general.file_type")) kv[i].u32 = type == GGML_TYPE_Q8_0 ? 7 : 15;
+        if (k->type != GGUF_TYPE_ARRAY) continue;
+        if (k->arr_type == GGUF_TYPE_STRING) {
+            char **s = owned[no++] = mem_calloc(k->arr_n + 1, sizeof *s);
+            for (uint64_t e = 0; e < k->arr_n; e++) s[e] = owned[no++] = mem_strndup(k->arr_str[e].p, k->arr_str[e].n);
+            kv[i].strs = (const char *const *)s;
+        } else {
+            void *copy = owned[no++] = mem_alloc(k->arr_n * 4 + 4);
+            memcpy(copy, k->arr, k->arr_n * 4);
+            kv[i].f32s = copy;
+            kv[i].i32s = copy;
+        }
+    }
+    for (size_t i = 0; i < g.n_tensors; i++) {
+        const GgufTensorInfo *t = &g.tensors[i];
+        ts[i] = (GgufTensorOut){t->name, t->n_dims, {(uint64_t)t->ne[0], (uint64_t)t->ne[1], 1, 1}, t->type, t->data,
+                                NULL, NULL, 0};
+        if (t->n_dims != 2) continue;
+        rq[i] = (Requant){type, (float *)t->data, t->ne[0]};
+        ts[i].type = type;
+        ts[i].data = NULL;
+        ts[i].produce = produce;
+        ts[i].ctx = rq;
+        ts[i].index = i;
+    }
+    int rc = gguf_write(dst, kv, g.n_kv, ts, g.n_tensors);
+    for (size_t i = 0; i < no; i++) mem_free(owned[i]);
+    mem_free(owned);
+    mem_free(rq);
+    mem_free(ts);
+    mem_free(kv);
+    gguf_close(&g);
+    return rc;
+}
+
+static int train(const char *model, const char *out) {
+    const char *bin = getenv("LMTUNE_BIN") ? getenv("LMTUNE_BIN") : "./lmtune";
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' train --model '%s' --data demo/data --iters 30 --batch-size 4 --num-layers -1 "
+             "--learning-rate 2e-3 --max-seq-length 64 --val-batches 1 --steps-per-eval 100 --threads 1 "
+             "--adapter-path '%s' -c tests/llama/lora_all.yaml > '%s.log' 2>&1", bin, model, out, out);
+    return system(cmd) == 0 ? 0 : error_set("lmtune train failed (%s.log)", out);
+}
+
+int main(void) {
+    llama_require();
+    omp_set_num_threads(1);
+    snprintf(root, sizeof root, "build/test_llama_quant_base.%d", (int)getpid());
+    CHECK(dir_ensure(root) == 0);
+    const Arch arch = {"llama_q", "llama", 4, 2, 64, 256, 512, 2, 0, true, false, false};
+    char *text;
+    size_t len;
+    CHECK(file_read_all("demo/data/train.jsonl", 0, &text, &len) == 0);
+    CHECK(tokenizer_write_bytelevel(path("base"), text, len, 400, CHATML) == 0);
+    mem_free(text);
+    Tokenizer *tok;
+    CHECK(tokenizer_load(&tok, path("base")) == 0);
+    int V = tokenizer_vocab_size(tok);
+    int32_t *ids;
+    size_t T;
+    CHECK(tokenizer_encode(tok, PROMPT, strlen(PROMPT), false, &ids, &T) == 0);
+    tokenizer_free(tok);
+    CHECK(write_model(path("base"), &arch, V, 77) == 0);
+    CHECK(gguf_export_model(path("base"), path("f32.gguf"), GGML_TYPE_F32) == 0);
+    const int types[2] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0};
+    const char *names[2] = {"Q4_K", "Q8_0"};
+    json_t *jobs = json_array();
+    int at[128];
+    for (int i = 0; i < 128; i++) at[i] = i;
+    LlamaRun run = {ids, (int)T, at, (int)T, GREEDY};
+    float *lm[2];
+    int32_t lm_greedy[2][GREEDY];
+    double lm_margin[2][GREEDY];
+    for (int q = 0; q < 2; q++) {
+        char gg[64];
+        char deq[64];
+        char ad[64];
+        char lg[64];
+        snprintf(gg, sizeof gg, "%s.gguf", names[q]);
+        snprintf(deq, sizeof deq, "deq_%s", names[q]);
+        snprintf(ad, sizeof ad, "adapters_%s", names[q]);
+        snprintf(lg, sizeof lg, "lora_%s.gguf", names[q]);
+        bool ok = requantize(path("f32.gguf"), path(gg), types[q]) == 0;
+        ok = ok && write_dequantized(path(gg), path("base"), path(deq)) == 0;
+        ok = ok && train(path(deq), path(ad)) == 0;
+        ok = ok && gguf_export_adapter(path(deq), path(ad), path(lg)) == 0;
+        lm[q] = mem_alloc(T * (size_t)V * sizeof(float));
+        ok = ok && lmtune_side(path(deq), path(ad), ids, (int)T, V, GREEDY, lm[q], lm_greedy[q], lm_margin[q]) == 0;
+        CHECK_MSG(ok, "%s: %s", names[q], error_message());
+        if (!ok) return check_finish("llama_quant_base");
+        llama_job_add(jobs, path(gg), path(lg), &run, 1, NULL, 0);
+        llama_job_add(jobs, path(gg), NULL, &run, 1, NULL, 0);
+    }
+    json_t *res = llama_run_jobs(jobs, root);
+    json_decref(jobs);
+    CHECK(res != NULL);
+    if (!res) return check_finish("llama_quant_base");
+    float *lc = mem_alloc(T * (size_t)V * sizeof(float));
+    for (int q = 0; q < 2; q++) {
+        bool got = true;
+        for (size_t t = 0; t < T && got; t++) got = llama_logits(res, 2 * q, 0, (int)t, lc + t * V, V);
+        CHECK(got);
+        double err = rel_err(lc, lm[q], T * (size_t)V);
+        int32_t g[GREEDY];
+        int ng = llama_greedy(res, 2 * q, 0, g, GREEDY);
+        int same = 0;
+        while (same < ng && g[same] == lm_greedy[q][same]) same++;
+        double scale = 0;
+        for (size_t i = 0; i < T * (size_t)V; i++) scale = fmax(scale, fabs(lm[q][i]));
+        int clear = 0;
+        while (clear < GREEDY && lm_margin[q][clear] > 2 * BOUND * scale) clear++;
+        for (size_t t = 0; t < T && got; t++) got = llama_logits(res, 2 * q + 1, 0, (int)t, lc + t * V, V);
+        double without = rel_err(lc, lm[q], T * (size_t)V);
+        printf("%s base + lmtune's LoRA: llama.cpp vs lmtune max rel err %.3g (bound %.3g), greedy %d/%d equal "
+               "(clear picks %d); llama.cpp without the LoRA: %.3g\n", names[q], err, BOUND, same, GREEDY, clear,
+               without);
+        CHECK(err <= BOUND);
+        CHECK(same >= clear);
+        CHECK_MSG(without > BOUND, "%s: the adapter changes nothing measurable (%.3g)", names[q], without);
+        mem_free(lm[q]);
+    }
+    mem_free(lc);
+    mem_free(ids);
+    json_decref(res);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (check_failed == 0 && system(cmd) != 0) return 1;
+    return check_finish("llama_quant_base");
+}
