@@ -94,7 +94,15 @@ $(BUILD)/bench/gemm_peak: bench/gemm_peak.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
-bench: lmtune $(BUILD)/bench/gemm_peak
+$(BUILD)/bench/decode_speed: bench/decode_speed.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/frozen_product: bench/frozen_product.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+bench: lmtune $(BUILD)/bench/gemm_peak $(BUILD)/bench/decode_speed
 	@scripts/install-deps.sh --bench
 	GEMM_PEAK_BIN=$(CURDIR)/$(BUILD)/bench/gemm_peak bench/run.sh
 

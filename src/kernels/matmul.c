@@ -36,7 +36,7 @@ typedef struct {
     /* key */
     int64_t M, N, K;
     int transA, transB;
-    int64_t lda; /* row stride of a non-transposed A, in elements */
+    int64_t lda, ldb, ldc; /* row strides of A, B (as stored) and C, in elements */
     dnnl_data_type_t a_type, b_type;
     float alpha, beta;
     int has_bias;
@@ -140,21 +140,22 @@ static void mm_slot_release(MatmulSlot *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Row-major (rows, cols) matrix, or its transpose seen through strides:
- * logical (rows, cols) stored as (cols, rows). */
+/* Row-major (rows, cols) matrix with rows ld apart, or its transpose seen
+ * through strides: logical (rows, cols) stored as (cols, rows), rows of the
+ * stored matrix ld apart. */
 static void mm_desc(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, int64_t ld, dnnl_data_type_t t) {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides;
-    if (trans) { strides[0] = 1; strides[1] = rows; }
-    else { strides[0] = ld; strides[1] = 1; }
+    strides[0] = trans ? 1 : ld;
+    strides[1] = trans ? ld : 1;
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides));
 }
 
 static void mm_slot_create(MatmulSlot *s) {
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
     mm_desc(&a_md, s->M, s->K, s->transA, s->lda, s->a_type);
-    mm_desc(&b_md, s->K, s->N, s->transB, s->N, s->b_type);
-    mm_desc(&c_md, s->M, s->N, 0, s->N, dnnl_f32);
+    mm_desc(&b_md, s->K, s->N, s->transB, s->ldb, s->b_type);
+    mm_desc(&c_md, s->M, s->N, 0, s->ldc, dnnl_f32);
     if (s->has_bias) mm_desc(&bias_md, 1, s->N, 0, s->N, dnnl_f32);
 
     dnnl_matmul_desc_t desc;
@@ -195,15 +196,16 @@ static void mm_slot_create(MatmulSlot *s) {
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C (+ bias broadcast over rows).
  * Caller holds mm_lock. */
-static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA, int64_t lda,
-                          const void *B, dnnl_data_type_t b_type, int transB,
-                          const float *bias, int M, int N, int K, float alpha, float beta) {
+static void mm_run_ld_locked(float *C, int64_t ldc, const void *A, dnnl_data_type_t a_type, int transA, int64_t lda,
+                             const void *B, dnnl_data_type_t b_type, int transB, int64_t ldb,
+                             const float *bias, int M, int N, int K, float alpha, float beta) {
     mm_init_locked();
     MatmulSlot *hit = NULL, *victim = &mm_cache[0];
     for (int i = 0; i < MM_CACHE_SLOTS; i++) {
         MatmulSlot *s = &mm_cache[i];
         if (!s->used) { if (victim->used) victim = s; continue; }
         if (s->M == M && s->N == N && s->K == K && s->transA == transA && s->transB == transB && s->lda == lda &&
+            s->ldb == ldb && s->ldc == ldc &&
             s->a_type == a_type && s->b_type == b_type && s->alpha == alpha && s->beta == beta &&
             s->has_bias == (bias != NULL)) { hit = s; break; }
         if (victim->used && s->last_use < victim->last_use) victim = s;
@@ -212,7 +214,11 @@ static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, 
         mm_slot_release(victim);
         hit = victim;
         hit->M = M; hit->N = N; hit->K = K;
-        hit->transA = transA; hit->transB = transB; hit->lda = lda;
+        hit->transA = transA;
+        hit->transB = transB;
+        hit->lda = lda;
+        hit->ldb = ldb;
+        hit->ldc = ldc;
         hit->a_type = a_type; hit->b_type = b_type;
         hit->alpha = alpha; hit->beta = beta;
         hit->has_bias = bias != NULL;
@@ -238,7 +244,21 @@ static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, 
 static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA,
                           const void *B, dnnl_data_type_t b_type, int transB,
                           const float *bias, int M, int N, int K, float alpha, float beta) {
-    mm_run_lda_locked(C, A, a_type, transA, K, B, b_type, transB, bias, M, N, K, alpha, beta);
+    mm_run_ld_locked(C, N, A, a_type, transA, transA ? M : K, B, b_type, transB, transB ? K : N,
+                     bias, M, N, K, alpha, beta);
+}
+
+void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA,
+                    const void *B, size_t ldb, bool transB, DType ab, const float *bias,
+                    int M, int N, int K, float alpha, float beta) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    if (ab != DTYPE_F32 && ab != DTYPE_BF16)
+        die("matmul.c: matmul_strided: operand dtype %s (F32 or BF16)", dtype_name(ab));
+    dnnl_data_type_t t = ab == DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
+    pthread_mutex_lock(&mm_lock);
+    mm_run_ld_locked(C, (int64_t)ldc, A, t, transA, (int64_t)lda, B, t, transB, (int64_t)ldb, bias, M, N, K,
+                     alpha, beta);
+    pthread_mutex_unlock(&mm_lock);
 }
 
 void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
@@ -331,7 +351,8 @@ void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld
                                     float beta, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     pthread_mutex_lock(&mm_lock);
-    mm_run_lda_locked(dinp, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, NULL, N, C, OC, 1.0f, beta);
+    mm_run_ld_locked(dinp, C, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, C, NULL, N, C, OC,
+                     1.0f, beta);
     pthread_mutex_unlock(&mm_lock);
 }
 

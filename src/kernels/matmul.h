@@ -80,4 +80,12 @@ void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weig
  * apart) @ weight (OC, C, BF16) + beta * dinp; uses no matmul scratch. */
 void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld_dout, const void *weight_bf16,
                                     float beta, int N, int C, int OC);
+/* C (M, N), rows ldc apart, = alpha op(A) op(B) + beta C (+ bias (N) or
+ * NULL). A and B are both F32 or both BF16 (ab); lda and ldb are the row
+ * strides of A and B as stored: A (M, K) or, transposed, (K, M); B (K, N)
+ * or, transposed, (N, K). The frozen-weight panels (frozen_weight.c) use it
+ * to write or read a slice of columns of a larger matrix. */
+void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA,
+                    const void *B, size_t ldb, bool transB, DType ab, const float *bias,
+                    int M, int N, int K, float alpha, float beta);
 #endif

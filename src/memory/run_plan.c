@@ -60,14 +60,12 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
-    /* Plan for the dtype the matrices really have in the file (config.json's
-     * torch_dtype may say otherwise): read from the safetensors header. */
-    StModel st;
-    TRY(st_model_open(&st, a->model_dir, true));
-    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
-    DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
-    st_model_close(&st);
-    TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
+    /* Plan for the matrices as they really are in the file (config.json's
+     * torch_dtype may say otherwise; quantized modules): read from the
+     * safetensors headers and config.json's quantization. */
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    TRY(model_layout_summary(in->cfg, spec, &ws, &cv));
     TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
     TrainableTensor *list; size_t n;
     TRY(model_trainable_list(in->cfg, spec, &list, &n));

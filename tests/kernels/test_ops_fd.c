@@ -296,10 +296,10 @@ static void test_swiglu(void) {
 }
 
 /* ---------------- lm head + cross-entropy ---------------- */
-typedef struct { float *inp, *w, *rw, *scratch; int *targets; int chunk, N, C, V; } XentCtx;
+typedef struct { float *inp, *w, *rw, *scratch; int *targets; int chunk, N, C, V; FrozenWeight fw; } XentCtx;
 static double xent_obj(void *p) {
     XentCtx *c = p;
-    return lmhead_xent(NULL, NULL, c->inp, c->w, DTYPE_F32, c->targets, c->rw, c->scratch, c->chunk, c->N, c->C, c->V);
+    return lmhead_xent(NULL, NULL, c->inp, &c->fw, c->targets, c->rw, c->scratch, c->chunk, c->N);
 }
 /* Loss and gradient in double from (possibly bf16-rounded) inputs; dlogits
  * rounded to bf16 when round_dlogits (as the bf16 path does). */
@@ -331,9 +331,10 @@ static void test_lmhead(void) {
     for (int i = 0; i < c.N; i++) targets[i] = irand(c.V);
     c.rw = rw; c.targets = targets;
     c.inp = rand_vec((size_t)c.N * c.C, 1); c.w = rand_vec((size_t)c.V * c.C, 0.5f);
+    c.fw = fw_plain(c.w, DTYPE_F32, c.V, c.C, DTYPE_F32);
     c.scratch = zeros(lmhead_scratch_floats(c.chunk, c.C, c.V));
     float *dinp = zeros((size_t)c.N * c.C), *ref = zeros((size_t)c.N * c.C), *rl = zeros(c.N), *rl_ref = zeros(c.N);
-    double loss = lmhead_xent(dinp, rl, c.inp, c.w, DTYPE_F32, targets, rw, c.scratch, c.chunk, c.N, c.C, c.V);
+    double loss = lmhead_xent(dinp, rl, c.inp, &c.fw, targets, rw, c.scratch, c.chunk, c.N);
     double loss_ref = naive_xent(ref, rl_ref, c.inp, c.w, targets, rw, c.N, c.C, c.V, 0);
     double el = fabs(loss - loss_ref) / fabs(loss_ref);
     CHECK_MSG(el < 1e-5, "lmhead loss %.9g vs %.9g", loss, loss_ref);
@@ -343,21 +344,22 @@ static void test_lmhead(void) {
     for (int x = 0; x < c.C; x++) CHECK(dinp[1 * c.C + x] == 0 && dinp[5 * c.C + x] == 0); /* weight-0 rows */
     double e = fd_check("lmhead_xent dinp", c.inp, (size_t)c.N * c.C, dinp, xent_obj, &c, 1e-2, (size_t)c.N * c.C);
     /* eval (dinp NULL) gives the same loss */
-    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, c.w, DTYPE_F32, targets, rw, c.scratch, c.chunk, c.N, c.C, c.V), loss, 1e-9 * fabs(loss));
+    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, &c.fw, targets, rw, c.scratch, c.chunk, c.N), loss, 1e-9 * fabs(loss));
 
     /* bf16 weight: against the naive loss/gradient of bf16-rounded inputs and weights */
     uint16_t *w16 = malloc((size_t)c.V * c.C * 2);
     float *wr = zeros((size_t)c.V * c.C), *inr = zeros((size_t)c.N * c.C);
     for (size_t i = 0; i < (size_t)c.V * c.C; i++) { w16[i] = f32_to_bf16(c.w[i]); wr[i] = bf16_to_f32(w16[i]); }
+    FrozenWeight fw16 = fw_plain(w16, DTYPE_BF16, c.V, c.C, DTYPE_BF16);
     for (size_t i = 0; i < (size_t)c.N * c.C; i++) inr[i] = round_bf16(c.inp[i]);
     memset(dinp, 0, (size_t)c.N * c.C * sizeof(float)); memset(ref, 0, (size_t)c.N * c.C * sizeof(float));
-    double lb = lmhead_xent(dinp, rl, c.inp, w16, DTYPE_BF16, targets, rw, c.scratch, c.chunk, c.N, c.C, c.V);
+    double lb = lmhead_xent(dinp, rl, c.inp, &fw16, targets, rw, c.scratch, c.chunk, c.N);
     double lb_ref = naive_xent(ref, rl_ref, inr, wr, targets, rw, c.N, c.C, c.V, 1);
     double elb = fabs(lb - lb_ref) / fabs(lb_ref), egb = rel_error(dinp, ref, (size_t)c.N * c.C);
     CHECK_MSG(elb < 1e-5 && egb < 1e-4, "lmhead bf16: loss rel err %.3g, dinp rel err %.3g", elb, egb);
     /* logits for generation */
     float *logits = zeros((size_t)c.N * c.V);
-    lmhead_logits(logits, c.inp, c.w, DTYPE_F32, c.N, c.C, c.V);
+    lmhead_logits(logits, c.inp, &c.fw, c.N);
     double z0 = 0; for (int x = 0; x < c.C; x++) z0 += (double)c.inp[2 * c.C + x] * c.w[7 * c.C + x];
     CHECK_NEAR(logits[2 * c.V + 7], z0, 1e-5);
     printf("worst lmhead_xent rel err %.3g (f32 loss %.3g, dinp %.3g; bf16 loss %.3g, dinp %.3g)\n", e, el, eg, elb, egb);

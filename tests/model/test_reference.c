@@ -103,13 +103,22 @@ static int run_case(const RefCase *rc, bool ckpt, float **grads_out, size_t *gra
 }
 
 int main(void) {
-    static char names[64][256];
-    int n = refcase_list(names, 64), ran = 0;
+    /* tests/ref/data: plain models (tests/ref/gen_refs.py); tests/quant/data:
+     * MLX-quantized ones, referenced on their dequantized weights
+     * (tests/quant/gen_quant_refs.py) */
+    static const char *roots[2] = {"tests/ref/data", "tests/quant/data"};
+    static char names[96][256], root_of[96][32];
+    int n = 0, ran = 0;
+    for (int r = 0; r < 2; r++) {
+        int k = refcase_list_in(roots[r], names + n, 96 - n);
+        for (int i = 0; i < k; i++) snprintf(root_of[n + i], 32, "%s", roots[r]);
+        n += k;
+    }
     if (n == 0) printf("no reference cases under tests/ref/data (run tests/ref/gen_refs.py)\n");
     for (int i = 0; i < n; i++) {
         RefCase rc;
         char dir[600];
-        snprintf(dir, sizeof dir, "tests/ref/data/%.255s", names[i]);
+        snprintf(dir, sizeof dir, "%.31s/%.255s", root_of[i], names[i]);
         if (refcase_read(&rc, dir, names[i]) < 0) { CHECK_MSG(0, "%s: %s", names[i], error_message()); continue; }
         if (rc.trajectory) continue;   /* optimizer trajectories: tests/train */
         float *g0 = NULL, *g1 = NULL; size_t n0 = 0, n1 = 0;
