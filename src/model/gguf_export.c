@@ -16,6 +16,7 @@
 #include "kernels/ggml_quants.h"
 #include "base/rope_scaling.h"
 #include "model/fuse.h"
+#include "model/model.h"
 #include "tokenizer/tok_gguf.h"
 #include <math.h>
 #include <stdio.h>
@@ -215,12 +216,8 @@ static const char *base_name(const char *dir, char *buf, size_t cap) {
     return buf;
 }
 
-static int load_config(const char *model_dir, ModelConfig *c) {
-    char *p = path_join(model_dir, "config.json");
-    if (!p) return -1;
-    int rc = hf_config_load(c, p);
-    mem_free(p);
-    return rc;
+static int load_config(const char *model, ModelConfig *c) {
+    return model_config_load(model, c);
 }
 
 int gguf_export_model(const char *model_dir, const char *out_path, int ggml_type) {

@@ -6,11 +6,13 @@
  * quantized to Q4_K (a simple min/max quantizer of this test: any valid
  * blocks do) and to Q8_0 (ggml's reference quantizer).
  *
- * lmtune trains on the very weights of the file: the GGUF's tensors
- * dequantized bit-exactly (kernels/ggml_quants.c, tested against the
- * reference) into an f32 model directory, q/k rows back in Hugging Face's
- * order. The adapter is exported from lmtune's adapters.safetensors as a
- * GGUF LoRA (q/k lora_b permuted for llama.cpp's row order).
+ * lmtune trains on the GGUF file itself (`--model FILE.gguf`: the blocks
+ * stay in the mapped file and are expanded tile by tile in the products;
+ * the tokenizer is read from the metadata), and its logits on the file
+ * equal its logits on the same weights dequantized into an f32 model
+ * directory (1e-5: the same values, multiplied panel by panel). The
+ * adapter is exported from lmtune's adapters.safetensors as a GGUF LoRA
+ * (q/k lora_b permuted for llama.cpp's row order).
  *
  * Bound: llama.cpp multiplies Q4_K and Q8_0 weights with activations
  * quantized to 8 bits per block (Q8_K / Q8_0), relative ~1/127 of a typical
@@ -210,7 +212,7 @@ int main(void) {
     int32_t lm_greedy[2][GREEDY];
     double lm_margin[2][GREEDY];
     for (int q = 0; q < 2; q++) {
-        char gg[64];
+        char gg[96];
         char deq[64];
         char ad[64];
         char lg[64];
@@ -220,10 +222,28 @@ int main(void) {
         snprintf(lg, sizeof lg, "lora_%s.gguf", names[q]);
         bool ok = requantize(path("f32.gguf"), path(gg), types[q]) == 0;
         ok = ok && write_dequantized(path(gg), path("base"), path(deq)) == 0;
-        ok = ok && train(path(deq), path(ad)) == 0;
-        ok = ok && gguf_export_adapter(path(deq), path(ad), path(lg)) == 0;
+        /* alone in its folder: the tokenizer comes from the metadata */
+        char alone[64];
+        snprintf(alone, sizeof alone, "alone_%s", names[q]);
+        char file[300];
+        snprintf(file, sizeof file, "%s/model.gguf", path(alone));
+        ok = ok && dir_ensure(path(alone)) == 0 && rename(path(gg), file) == 0;
+        ok = ok && train(file, path(ad)) == 0;
+        ok = ok && gguf_export_adapter(file, path(ad), path(lg)) == 0;
         lm[q] = mem_alloc(T * (size_t)V * sizeof(float));
-        ok = ok && lmtune_side(path(deq), path(ad), ids, (int)T, V, GREEDY, lm[q], lm_greedy[q], lm_margin[q]) == 0;
+        ok = ok && lmtune_side(file, path(ad), ids, (int)T, V, GREEDY, lm[q], lm_greedy[q], lm_margin[q]) == 0;
+        float *on_deq = mem_alloc(T * (size_t)V * sizeof(float));
+        int32_t g2[GREEDY];
+        double m2[GREEDY];
+        ok = ok && lmtune_side(path(deq), path(ad), ids, (int)T, V, GREEDY, on_deq, g2, m2) == 0;
+        if (ok) {
+            double e = rel_err(lm[q], on_deq, T * (size_t)V);
+            printf("%s: lmtune on the GGUF file vs on its dequantized weights: max rel err %.3g\n", names[q], e);
+            CHECK(e <= 1e-5);
+            CHECK(!memcmp(g2, lm_greedy[q], sizeof g2));
+        }
+        mem_free(on_deq);
+        snprintf(gg, sizeof gg, "%s/model.gguf", alone);
         CHECK_MSG(ok, "%s: %s", names[q], error_message());
         if (!ok) return check_finish("llama_quant_base");
         llama_job_add(jobs, path(gg), path(lg), &run, 1, NULL, 0);
