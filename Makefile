@@ -98,6 +98,10 @@ $(BUILD)/bench/decode_speed: bench/decode_speed.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/bench/gguf_requant: bench/gguf_requant.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/bench/frozen_product: bench/frozen_product.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
