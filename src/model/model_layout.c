@@ -84,6 +84,9 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
         d->panel_cols = 0;
         return 0;
     }
+    if (spec->type == TUNE_FULL && ws->gguf)
+        return error_set("--fine-tune-type full: a GGUF base's matrices are used as the file stores them; use lora "
+                         "or dora, or a Hugging Face model directory");
     if (spec->type == TUNE_FULL)
         return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
                          "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "

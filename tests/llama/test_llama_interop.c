@@ -208,7 +208,7 @@ static bool prepare(const Arch *a, Case *cs, uint64_t seed) {
     tokenizer_free(tok);
     bool ok = write_model(path(a->name, "base"), a, cs->V, seed) == 0;
     ok = ok && write_adapter(path(a->name, "adapter"), a, seed + 1) == 0;
-    ok = ok && fuse_model(path(a->name, "base"), path(a->name, "adapter"), path(a->name, "fused"), 0) == 0;
+    ok = ok && fuse_model(path(a->name, "base"), path(a->name, "adapter"), path(a->name, "fused"), 0, false) == 0;
     const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
     const char *files[] = {"f32.gguf", "f16.gguf", "bf16.gguf", "q8_0.gguf"};
     for (int t = 0; t < 4 && ok; t++) ok = gguf_export_model(path(a->name, "fused"), path(a->name, files[t]), types[t]) == 0;

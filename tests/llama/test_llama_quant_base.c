@@ -55,6 +55,19 @@ static int train(const char *model, const char *out) {
     return system(cmd) == 0 ? 0 : error_set("lmtune train failed (%s.log)", out);
 }
 
+/* The "frozen weights" line of `lmtune plan` for a LoRA on the model. */
+static size_t plan_frozen_bytes(const char *model) {
+    const char *bin = getenv("LMTUNE_BIN") ? getenv("LMTUNE_BIN") : "./lmtune";
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' plan --model '%s' --data demo/data --batch-size 4 --num-layers -1 "
+             "-c tests/llama/lora_all.yaml | awk '$1 == \"frozen\" && $2 == \"weights\" {print $3}'", bin, model);
+    FILE *p = popen(cmd, "r");
+    unsigned long long v = 0;
+    if (!p || fscanf(p, "%llu", &v) != 1) v = 0;
+    if (p) pclose(p);
+    return (size_t)v;
+}
+
 int main(void) {
     llama_require();
     omp_set_num_threads(1);
@@ -102,6 +115,18 @@ int main(void) {
         snprintf(file, sizeof file, "%s/model.gguf", path(alone));
         ok = ok && dir_ensure(path(alone)) == 0 && rename(path(gg), file) == 0;
         ok = ok && train(file, path(ad)) == 0;
+        if (ok) {
+            /* the plan counts the file's matrix bytes, not a dequantized copy */
+            GgufFile gf;
+            size_t want = 0;
+            CHECK(gguf_open(&gf, file) == 0);
+            for (size_t i = 0; i < gf.n_tensors; i++)
+                if (gf.tensors[i].n_dims == 2) want += gf.tensors[i].bytes;
+            gguf_close(&gf);
+            size_t got = plan_frozen_bytes(file);
+            printf("%s: planned frozen weights %zu bytes, the file's matrices %zu bytes\n", names[q], got, want);
+            CHECK(got == want);
+        }
         ok = ok && gguf_export_adapter(file, path(ad), path(lg)) == 0;
         lm[q] = mem_alloc(T * (size_t)V * sizeof(float));
         ok = ok && lmtune_side(file, path(ad), ids, (int)T, V, GREEDY, lm[q], lm_greedy[q], lm_margin[q]) == 0;
