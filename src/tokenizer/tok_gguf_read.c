@@ -327,7 +327,8 @@ static int build(const GgufFile *g, Vocab *v, json_t *root, json_t *config) {
     const GgufKV *toks = gguf_find_kv(g, "tokenizer.ggml.tokens");
     if (!toks || toks->type != GGUF_TYPE_ARRAY || toks->arr_type != GGUF_TYPE_STRING || toks->arr_n == 0)
         return error_set("%s: tokenizer.ggml.tokens is missing or not a list of strings", g->name);
-    if (toks->arr_n > (1u << 22)) return error_set("%s: %llu tokens is too many", g->name, (unsigned long long)toks->arr_n);
+    if (toks->arr_n > (1u << 22))
+        return error_set("%s: %llu tokens is too many", g->name, (unsigned long long)toks->arr_n);
     v->g = g;
     v->n = toks->arr_n;
     v->tok = toks->arr_str;
@@ -381,8 +382,8 @@ static int build(const GgufFile *g, Vocab *v, json_t *root, json_t *config) {
         for (size_t k = 0; rc == 0 && k < sizeof PRE_SPECS / sizeof PRE_SPECS[0]; k++)
             if (!strcmp(PRE_SPECS[k].name, pre)) ps = &PRE_SPECS[k];
         if (rc == 0 && !ps)
-            rc = error_set("%s: tokenizer.ggml.pre \"%s\" is not supported (gpt-2, llama-bpe, smaug-bpe, qwen2, smollm)",
-                           g->name, pre);
+            rc = error_set("%s: tokenizer.ggml.pre \"%s\" is not supported (gpt-2, llama-bpe, smaug-bpe, qwen2, "
+                           "smollm)", g->name, pre);
         if (rc == 0) {
             add_pretokenizer(root, ps);
             json_object_set_new(model, "ignore_merges", json_boolean(ps->ignore_merges));

@@ -131,7 +131,8 @@ static inline int write_dequantized(const char *gguf, const char *fused_dir, con
         float *x = mem_alloc((size_t)t->nelem * sizeof(float));
         data[i] = mem_alloc((size_t)t->nelem * sizeof(float));
         size_t rb = ggml_row_bytes(t->type, cols);
-        for (int64_t r = 0; r < rows; r++) ggml_dequantize_row(t->type, (const uint8_t *)t->data + r * rb, x + r * cols, cols);
+        for (int64_t r = 0; r < rows; r++)
+            ggml_dequantize_row(t->type, (const uint8_t *)t->data + r * rb, x + r * cols, cols);
         bool perm = arch->permute_qk && (strstr(s->name, "q_proj") || strstr(s->name, "k_proj"));
         if (t->n_dims == 1) {
             /* a bias: its elements are the permuted rows */

@@ -108,7 +108,8 @@ static inline int llama_greedy(json_t *results, int job, int run, int32_t *dst, 
     json_t *runs = json_object_get(json_array_get(results, (size_t)job), "runs");
     json_t *g = json_object_get(json_array_get(runs, (size_t)run), "greedy");
     int n = 0;
-    for (size_t i = 0; i < json_array_size(g) && n < cap; i++) dst[n++] = (int32_t)json_integer_value(json_array_get(g, i));
+    for (size_t i = 0; i < json_array_size(g) && n < cap; i++)
+        dst[n++] = (int32_t)json_integer_value(json_array_get(g, i));
     return n;
 }
 #endif

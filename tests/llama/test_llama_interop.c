@@ -211,7 +211,8 @@ static bool prepare(const Arch *a, Case *cs, uint64_t seed) {
     ok = ok && fuse_model(path(a->name, "base"), path(a->name, "adapter"), path(a->name, "fused"), 0, false) == 0;
     const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
     const char *files[] = {"f32.gguf", "f16.gguf", "bf16.gguf", "q8_0.gguf"};
-    for (int t = 0; t < 4 && ok; t++) ok = gguf_export_model(path(a->name, "fused"), path(a->name, files[t]), types[t]) == 0;
+    for (int t = 0; t < 4 && ok; t++)
+        ok = gguf_export_model(path(a->name, "fused"), path(a->name, files[t]), types[t]) == 0;
     ok = ok && gguf_export_model(path(a->name, "base"), path(a->name, "base.gguf"), GGML_TYPE_F32) == 0;
     ok = ok && gguf_export_adapter(path(a->name, "base"), path(a->name, "adapter"), path(a->name, "lora.gguf")) == 0;
     ok = ok && write_unpermuted(path(a->name, "lora.gguf"), path(a->name, "lora_hf_rows.gguf"), a->D) == 0;
@@ -272,7 +273,8 @@ int main(void) {
         int T = cs->T;
         json_t *tk = json_array_get(json_object_get(json_array_get(res, (size_t)job_of[a][J_F32]), "tokenize"), 0);
         bool same_ids = (int)json_array_size(tk) == T;
-        for (int i = 0; same_ids && i < T; i++) same_ids = json_integer_value(json_array_get(tk, (size_t)i)) == cs->ids[i];
+        for (int i = 0; same_ids && i < T; i++)
+            same_ids = json_integer_value(json_array_get(tk, (size_t)i)) == cs->ids[i];
         CHECK_MSG(same_ids, "%s: llama.cpp tokenizes the prompt differently from lmtune", ar->name);
         for (int j = 0; j < N_JOBS; j++) {
             int job = job_of[a][j];

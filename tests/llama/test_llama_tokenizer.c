@@ -241,7 +241,8 @@ int main(void) {
                           i + 1);
             }
             if (!eq && !nfc && !control && !unicode && shown++ < 5) {
-                fprintf(stderr, "%s line %zu: lmtune %zu ids, llama.cpp %zu:", cs->name, i + 1, n, json_array_size(ref));
+                fprintf(stderr, "%s line %zu: lmtune %zu ids, llama.cpp %zu:", cs->name, i + 1, n,
+                        json_array_size(ref));
                 for (size_t k = 0; k < n && k < 12; k++) fprintf(stderr, " %d", (int)ids[k]);
                 fprintf(stderr, " | ");
                 for (size_t k = 0; k < json_array_size(ref) && k < 12; k++)
