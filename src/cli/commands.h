@@ -10,4 +10,5 @@ int cmd_generate(int argc, char **argv);
 int cmd_fuse(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 #endif

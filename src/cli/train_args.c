@@ -59,6 +59,9 @@ static const ArgSpec PLAN_SPECS[] = {
     {"workers", 0, ARG_INT, OFF(plan_workers), "N",
      "plan one worker's share of a data-parallel run of N workers; 0: this process's MPI world", NULL,
      ARG_AT_LEAST(0, "a non-negative integer")},
+    {"html", 0, ARG_STRING, OFF(plan_html), "FILE",
+     "also write the plan as a page: a stacked bar by buffer class, with each lever's beside it", NULL,
+     ARG_UNBOUNDED},
 };
 #undef TRAIN_FLAG_ROWS
 #undef POS
@@ -288,7 +291,7 @@ static bool was_set_in(const ArgTable *t, const TrainArgs *a, const char *name) 
 
 const ArgTable PLAN_ARGS_TABLE = {
     "plan",
-    "plan --model DIR --data DIR [train's flags] [--verbose] [--workers N]\n"
+    "plan --model DIR --data DIR [train's flags] [--verbose] [--workers N] [--html FILE]\n"
     "  the memory plan of the same `lmtune train` run, before any weight is loaded",
     PLAN_SPECS, sizeof PLAN_SPECS / sizeof PLAN_SPECS[0], true, train_yaml_hook, MLX_IGNORED_KEYS,
     TRAIN_EPILOG,
