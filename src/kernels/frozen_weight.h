@@ -34,6 +34,15 @@
  * Nothing else changes: the model, the LM head, the embedding, DoRA and the
  * memory plan see only FrozenWeight.
  *
+ * Where the model builds them: weights_view (model/model_weights.c, the
+ * stored matrix of a module) and load_matrix (model/model_load.c); the
+ * planner's summary of a directory (model_weights_summary) says whether
+ * some product runs in bf16 and the widest matrix that needs panels, and
+ * the layout walk carves the panel scratch when Dims.panel_cols > 0
+ * (dims_apply_summary, model/model_layout.c). Expanding bf16 weights into
+ * fp32 panels on a CPU without fast bf16 products is fw_plain(data, BF16,
+ * rows, cols, F32) plus a panel_cols for plain models there.
+ *
  * The expanded values are the format's exact dequantized values rounded to
  * the compute type: for MLX affine with BF16 scales that is MLX's own
  * dequantized bf16 weight, bit for bit (see kernels/dequant.h). */

@@ -60,6 +60,12 @@ int model_preset(const char *name, ModelConfig *c) {
  * tensor would not fit (at most INIT_SHARD_BYTES each, as HF's 5 GB), so an
  * 8B model never holds more than one shard in memory. */
 #define INIT_SHARD_BYTES ((size_t)5000000000ull)
+/* The shard limit; LMTUNE_INIT_SHARD_BYTES overrides it (tests make small sharded models). */
+static size_t shard_limit(void) {
+    const char *e = getenv("LMTUNE_INIT_SHARD_BYTES");
+    long long v = e ? atoll(e) : 0;
+    return v > 0 ? (size_t)v : INIT_SHARD_BYTES;
+}
 typedef struct {
     StWriteTensor *t;
     size_t n, cap;
@@ -104,7 +110,7 @@ static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64
                       Rng *rng, float fill, bool random) {
     size_t n = (size_t)a * (ndim == 2 ? (size_t)b : 1);
     size_t bytes = n * (dt == DTYPE_F32 ? 4 : 2);
-    if (w->shard_bytes > 0 && w->shard_bytes + bytes > INIT_SHARD_BYTES) {
+    if (w->shard_bytes > 0 && w->shard_bytes + bytes > shard_limit()) {
         TRY(flush_shard(w));
         w->shard++;
         w->shard_bytes = 0;

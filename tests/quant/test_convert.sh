@@ -72,6 +72,16 @@ plain = h["model.layers.0.self_attn.q_proj.weight"]["dtype"] == "BF16"
 sys.exit(0 if plain and not any(k.endswith(".scales") for k in h) else 1)
 PYEOF
 
+# a sharded model (init writes shards over the limit; the test lowers it):
+# convert reads every shard and quantizes the same as the single file
+LMTUNE_INIT_SHARD_BYTES=40000 "$BIN" init --preset tiny --out "$T/sh" --dtype bf16 --seed 4 >/dev/null
+"$BIN" init --preset tiny --out "$T/one" --dtype bf16 --seed 4 >/dev/null
+n=$(ls "$T/sh"/model-*-of-*.safetensors 2>/dev/null | wc -l || true)
+[ "$n" -gt 1 ] && [ -f "$T/sh/model.safetensors.index.json" ] && ok || bad "init wrote $n shards, no index"
+"$BIN" convert --hf-path "$T/sh" --mlx-path "$T/shq" -q --q-group-size 32 >/dev/null
+"$BIN" convert --hf-path "$T/one" --mlx-path "$T/oneq" -q --q-group-size 32 >/dev/null
+same_tensors "convert of a sharded model" "$T/shq/model.safetensors" "$T/oneq/model.safetensors"
+
 # errors: one line, exit 1, no output left behind
 expect_error() {
   local want=$1; shift
