@@ -15,10 +15,12 @@ if [ "${1:-}" = "--regen" ]; then
   # Seeds written by the unit tests (every crafted bad file of the checklist)
   # and by the targets themselves (valid files of each format).
   b=$(make -s print-build)
-  make -s "$b/tests/formats/test_safetensors" "$b/tests/formats/test_hf_config"
+  make -s "$b/tests/formats/test_safetensors" "$b/tests/formats/test_hf_config" "$b/tests/formats/test_gguf"
   rm -rf "$corpus/safetensors" "$corpus/hf_config"; mkdir -p "$corpus/safetensors" "$corpus/hf_config"
   LMTUNE_SEED_CORPUS=$corpus/safetensors "$b/tests/formats/test_safetensors" >/dev/null
   LMTUNE_SEED_CORPUS=$corpus/hf_config "$b/tests/formats/test_hf_config" >/dev/null
+  rm -f "$corpus"/gguf/bad_*.gguf
+  LMTUNE_SEED_CORPUS=$corpus/gguf "$b/tests/formats/test_gguf" >/dev/null
   # Valid files of each format (found inputs and damaged variants are kept).
   for t in gguf state tokenizer; do mkdir -p "$corpus/$t"; LMTUNE_FUZZ_WRITE_SEED=$corpus/$t "$bins/fuzz_$t"; done
   rm -f "$corpus/tokenizer/tokenizer_config.json"
