@@ -46,7 +46,7 @@ FrozenWeight fw_affine(const void *packed, const void *scales, const void *biase
     w.group = group;
     w.scales = scales;
     w.biases = biases;
-    w.compute = dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    w.compute = matmul_weight_dtype(dtype);   /* bf16 panels only where oneDNN has bf16 products */
     return w;
 }
 
