@@ -39,7 +39,10 @@ for t in "${targets[@]}"; do
   if [ "$secs" = 0 ]; then args=(-runs=0)
   elif [ -n "${FUZZ_RUNS:-}" ]; then args=(-runs="$FUZZ_RUNS" -seed=1)   # reproducible (make test)
   else args=(-max_total_time="$secs"); fi
-  if "$bin" "${args[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  # -timeout is wall-clock: 30 s per input, so a machine shared with other
+  # jobs does not turn the string_blowup seed (1 s of CPU under ASan, 12 s of
+  # wall time at load 25) into a false hang; a real hang still stops there.
+  if "$bin" "${args[@]}" -timeout=30 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix=build/fuzz/findings/"$t"- "$scratch" >"$log" 2>&1; then
     execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "fuzz $t: $execs execs in ${secs} s, clean ($(ls "$corpus/$t" | wc -l) seeds)"
