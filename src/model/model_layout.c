@@ -90,13 +90,17 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
         d->panel_cols = !bf16_run && d->file_dtype != DTYPE_F32 ? max_in_features(d) : 0;
         return 0;
     }
+    if (spec->type == TUNE_FULL && ws->gguf)
+        return error_set("--fine-tune-type full: a GGUF base's matrices are used as the file stores them; use lora "
+                         "or dora, or a Hugging Face model directory");
     if (spec->type == TUNE_FULL)
         return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
                          "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "
                          "model (lmtune convert -d)");
     d->quantized = true;
     d->convert = false;
-    d->bf16_compute = bf16_run && ws->bf16_values;
+    /* a GGUF's blocks expand to the compute type the run asks for */
+    d->bf16_compute = bf16_run && (ws->bf16_values || ws->gguf);
     d->panel_cols = bf16_run ? ws->panel_cols_bf16 : ws->panel_cols_f32;
     return 0;
 }
@@ -517,8 +521,12 @@ static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *c
     TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens (mapped file)", ws->embed_bytes, false));
     if (!cfg->tie_word_embeddings)
         TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head (mapped file)", ws->lm_head_bytes, false));
-    snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)", cfg->num_hidden_layers,
-             bits, dtype_name(ws->file_dtype));
+    if (ws->gguf)
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped GGUF file, %s per weight with scales)",
+                 cfg->num_hidden_layers, bits);
+    else
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)",
+                 cfg->num_hidden_layers, bits, dtype_name(ws->file_dtype));
     return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
 }
 

@@ -93,6 +93,7 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
 }
 
 int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws) {
+    if (model_is_gguf(model_dir)) return gguf_model_summary(model_dir, cfg, DTYPE_F32, ws);
     char *cfg_path = path_join(model_dir, "config.json");
     TRY_PTR(cfg_path);
     QuantConfig qc;

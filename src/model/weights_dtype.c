@@ -38,13 +38,15 @@ int model_auto_weights_dtype(const char *model_dir, const ModelConfig *cfg, cons
     WeightsSummary ws;
     TRY(model_weights_summary(model_dir, cfg, &ws));
     *out = DTYPE_F32;
-    if (!ws.bf16_values) {
+    /* GGUF blocks expand to either dtype: the probe decides as for bf16 weights */
+    const char *widened = ws.gguf ? "fp32 on GGUF blocks expanded panel by panel"
+                                  : "fp32 on bf16 weights widened panel by panel";
+    if (!ws.bf16_values && !ws.gguf) {
         snprintf(why, cap, "fp32 (the weights are %s in the file)", dtype_name(ws.file_dtype));
         return 0;
     }
     if (!matmul_bf16_supported()) {
-        snprintf(why, cap, "fp32 on bf16 weights widened panel by panel (oneDNN has no bf16 products with %s)",
-                 matmul_isa_name());
+        snprintf(why, cap, "%s (oneDNN has no bf16 products with %s)", widened, matmul_isa_name());
         return 0;
     }
     ProbeShape shapes[8];
@@ -54,7 +56,7 @@ int model_auto_weights_dtype(const char *model_dir, const ModelConfig *cfg, cons
     bool bf16 = r.gflops_bf16 > r.gflops_f32;
     *out = bf16 ? DTYPE_BF16 : DTYPE_F32;
     snprintf(why, cap, "%s (oneDNN %s; this run's products measured at %d rows in %.0f ms: bf16 %.0f GFLOP/s, "
-             "fp32 %.0f GFLOP/s%s)", bf16 ? "bf16" : "fp32 on bf16 weights widened panel by panel",
+             "fp32 %.0f GFLOP/s%s)", bf16 ? "bf16" : widened,
              matmul_isa_name(), r.rows, r.seconds * 1e3, r.gflops_bf16, r.gflops_f32,
              bf16 ? "" : ": bf16 products are slower on this CPU");
     return 0;
