@@ -13,7 +13,15 @@ so fewer would flatter the ratio. The attention share is from lmtune's own
 step profile (LMTUNE_PROFILE=1: attention forward + backward wall time over
 the step's wall time).
 
-Usage: bench/run.py [--quick] [--runs N] [--only SUBSTR] [--no-torch]
+PyTorch is tuned (bench/torch_train.py: tcmalloc, ATen AVX-512, OpenBLAS's
+own kernels); rows with bf16 weights compare with PyTorch in pure bf16
+(oneDNN bf16 products), f32 rows with PyTorch in fp32. --quick: the
+SmolLM2-135M rows at 512 tokens, LoRA on every linear (MLX-LM's default, the
+headline) and LoRA q,v of the last 16 blocks, f32 and bf16 weights (lmtune:
+--weights-dtype auto). The line under the table says which BLAS kernels and
+allocator PyTorch used.
+
+Usage: bench/run.py [--quick] [--runs N] [--only SUBSTR] [--no-torch] [--steps N]
 Writes the table to stdout and to build/bench/results.md."""
 import argparse, json, os, re, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,9 +94,10 @@ def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, s
     return median(timed), rss, share
 
 def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
+    bf16 = dtype == "bf16"
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", shape, "--mode", mode,
-           "--weights", "fp32" if dtype == "f32" else "bf16", "--batch", str(batch), "--seq", str(seq),
-           "--steps", str(steps), "--warmup", "3", "--threads", str(threads)]
+           "--weights", "bf16" if bf16 else "fp32", "--compute", "bf16" if bf16 else "fp32", "--batch", str(batch),
+           "--seq", str(seq), "--steps", str(steps), "--warmup", "3", "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
     env = dict(os.environ)
     env.pop("OPENBLAS_L2_SIZE", None)
@@ -96,7 +105,11 @@ def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
                                            # PyTorch's best setting here (the machine's default pins older ones)
     out, _, _, rss = run(cmd, env=env)
     res = json.loads(out.strip().splitlines()[-1])
+    TORCH_SETUP.add(f"PyTorch {res['torch']}: BLAS kernels {res['blas_kernels']}, allocator {res['allocator']}, "
+                    f"ATen {res['aten_capability']}, compute {res['compute']}")
     return res["tokens_per_s"], rss
+
+TORCH_SETUP = set()
 
 def main():
     ap = argparse.ArgumentParser()
@@ -107,11 +120,12 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     args = ap.parse_args()
     configs = [  # shape, mode, dtype, ckpt, seq, threads
+        ("smollm2-135m", "lora-all", "f32", False, 512, 2),
+        ("smollm2-135m", "lora-all", "bf16", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "f32", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "bf16", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "f32", True, 512, 2),
         ("smollm2-135m", "lora-qv16", "bf16", True, 512, 2),
-        ("smollm2-135m", "lora-all", "bf16", False, 512, 2),
         ("smollm2-135m", "full4", "f32", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "f32", False, 512, 1),
         ("smollm2-135m", "lora-qv16", "bf16", False, 256, 2),
@@ -122,7 +136,8 @@ def main():
         ("qwen2.5-0.5b", "lora-qv16", "bf16", False, 512, 2),
     ]
     if args.quick:
-        configs = [c for c in configs if c[4] == 512 and c[0] == "smollm2-135m" and c[1] == "lora-qv16" and not c[3]]
+        configs = [c for c in configs if c[4] == 512 and c[0] == "smollm2-135m" and c[1] != "full4" and not c[3]
+                   and c[5] == 2]
     configs = [c for c in configs if args.only in " ".join(map(str, c))]
     peaks = {t: gemm_peak(t) for t in sorted({c[5] for c in configs})}
     rows = []
@@ -131,7 +146,7 @@ def main():
     print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
     for shape, mode, dtype, ckpt, seq, threads in configs:
         batch = 4
-        with_torch = (not args.no_torch and threads == 2 and seq == 512 and mode == "lora-qv16" and not ckpt
+        with_torch = (not args.no_torch and threads == 2 and seq == 512 and mode != "full4" and not ckpt
                       and shape == "smollm2-135m")
         # lmtune and PyTorch runs alternate, so that both see the same
         # machine (shared and noisy): the ratio is of medians taken side by side
@@ -153,6 +168,8 @@ def main():
                f"{tt:.0f} | {trss / 1e9:.2f} GB | {t / tt:.2f}x |")
         print(row, flush=True)
         rows.append(row)
+    for line in sorted(TORCH_SETUP):
+        print(line)
     print(f"\nGEMM peak measured in this run (GFLOP/s): " + ", ".join(f"{t} threads: f32 {p['f32']:.0f}, bf16 {p['bf16']:.0f}" for t, p in peaks.items()))
     with open(os.path.join(WORK, "results.md"), "w") as f:
         f.write(hdr + "\n" + "\n".join(rows) + "\n")
