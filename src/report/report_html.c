@@ -40,6 +40,7 @@ typedef struct {
     int best;                           /* index of the best validation loss, or -1 */
     ChartMark best_it, best_tok;
     char best_label[64], best_tip[160];
+    double tps_median;                  /* of the finite tokens/s, NAN if none */
 } Series;
 
 /* Trained tokens at an iteration, between the recorded points (train and
@@ -83,6 +84,24 @@ static void series_free(Series *s) {
     mem_free(s->lines_tok);
     mem_free(s->clips);
     mem_free(s->tips);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* *out: the median of v's finite values (NAN if none); -1 when the copy
+ * cannot be allocated (the page is not written then). */
+static int median_finite(const double *v, size_t n, double *out) {
+    double *c = mem_calloc(n ? n : 1, sizeof *c);
+    if (!c) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) if (isfinite(v[i])) c[k++] = v[i];
+    qsort(c, k, sizeof *c, cmp_double);
+    *out = k == 0 ? NAN : k % 2 ? c[k / 2] : 0.5 * (c[k / 2 - 1] + c[k / 2]);
+    mem_free(c);
+    return 0;
 }
 
 static int series_build(Series *s, const History *h, double max_grad_norm) {
@@ -160,6 +179,10 @@ static int series_build(Series *s, const History *h, double max_grad_norm) {
         l.at = tokens_at(h, g->iteration);
         s->lines_tok[s->n_lines++] = l;
     }
+    if (median_finite(s->tps, h->n_train, &s->tps_median) < 0) {
+        series_free(s);
+        return -1;
+    }
     return 0;
 }
 
@@ -212,22 +235,6 @@ static void card(FILE *f, const char *key, const char *value, const char *note, 
     fputs("</div></div>\n", f);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_finite(const double *v, size_t n) {
-    double *c = mem_calloc(n ? n : 1, sizeof *c);
-    if (!c) return NAN;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) if (isfinite(v[i])) c[k++] = v[i];
-    qsort(c, k, sizeof *c, cmp_double);
-    double m = k == 0 ? NAN : k % 2 ? c[k / 2] : 0.5 * (c[k / 2 - 1] + c[k / 2]);
-    mem_free(c);
-    return m;
-}
-
 static double peak_bytes(const History *h) {
     double m = NAN;
     for (size_t i = 0; i < h->n_train; i++)
@@ -270,7 +277,7 @@ static void write_cards(FILE *f, const History *h, const Series *s) {
     card(f, "last train loss", v, n, NULL);
     format_short(v, sizeof v, lt ? lt->trained_tokens : 0);
     card(f, "trained tokens", v, "loss tokens (prompt and padding excluded)", NULL);
-    double tps = median_finite(s->tps, h->n_train);
+    double tps = s->tps_median;
     format_short(v, sizeof v, tps);
     if (!isfinite(tps)) snprintf(v, sizeof v, "n/a");
     card(f, "tokens/s", v, "median over the report windows", NULL);
@@ -622,17 +629,14 @@ static void write_events(FILE *f, const History *h, const Series *s) {
     fputs("</table>\n</div></div>\n</section>\n", f);
 }
 
-void report_html_render(FILE *f, const History *h) {
+int report_html_render(FILE *f, const History *h) {
+    double max_grad_norm = history_run_number(h, "max_grad_norm"), limit = history_run_number(h, "memory_limit");
+    Series s;
+    /* an allocation failure is the caller's error: no half page is committed */
+    TRY(series_build(&s, h, max_grad_norm));
     char title[512];
     snprintf(title, sizeof title, "lmtune report: %s", h->dir);
     page_begin(f, title);
-    double max_grad_norm = history_run_number(h, "max_grad_norm"), limit = history_run_number(h, "memory_limit");
-    Series s;
-    if (series_build(&s, h, max_grad_norm) < 0) {
-        fputs("<h1>Training report</h1><p>Out of memory while preparing the charts.</p>\n", f);
-        page_end(f);
-        return;
-    }
     fputs("<h1>Training report</h1>\n<div class=\"sub\">", f);
     html_text(f, h->dir);
     const char *model = history_run_string(h, "model");
@@ -659,6 +663,7 @@ void report_html_render(FILE *f, const History *h) {
             h->torn_tail ? "; an incomplete last line, cut by a kill, left out" : "");
     series_free(&s);
     page_end(f);
+    return 0;
 }
 
 int report_html_write(const char *adapter_dir, const char *out_path) {
@@ -672,8 +677,9 @@ int report_html_write(const char *adapter_dir, const char *out_path) {
     AtomicFile af;
     int rc = atomic_open(&af, path);
     if (rc == 0) {
-        report_html_render(af.fp, &h);
-        rc = atomic_commit(&af);
+        rc = report_html_render(af.fp, &h);
+        if (rc == 0) rc = atomic_commit(&af);
+        else atomic_abort(&af);
     }
     mem_free(path);
     history_free(&h);
