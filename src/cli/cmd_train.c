@@ -145,6 +145,8 @@ static int choose_products(const TrainArgs *a, const ModelConfig *cfg, RunShape 
     DType prev;
     int found = automatic && a->resume ? resumed_products(a->adapter_path, &prev) : 0;
     TRY(found);
+    /* a run resumed on a CPU without bf16 products measures again */
+    if (found && prev == DTYPE_BF16 && !matmul_bf16_supported()) found = 0;
     if (found) {
         shape->spec.weight_dtype = prev;
         snprintf(note, sizeof note, "%s (the choice of the run being resumed: %s/adapter_config.json)",

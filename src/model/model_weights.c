@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <string.h>
 
