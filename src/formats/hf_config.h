@@ -5,7 +5,7 @@
 #define LT_HF_CONFIG_H
 #include <stdbool.h>
 #include "base/dtype.h"
-#include "kernels/ops.h"   /* RopeScaling */
+#include "base/rope_scaling.h"
 
 #define HF_SUPPORTED_TYPES "llama, mistral, qwen2, qwen3"
 

@@ -6,6 +6,7 @@
 #define LT_OPS_H
 #include <stddef.h>
 #include "base/dtype.h"
+#include "base/rope_scaling.h"
 
 /* --- embedding --- */
 void embedding_forward(float *out,         /* (N, C) */
@@ -32,14 +33,6 @@ void rmsnorm_backward(float *dinp,         /* (N, C) += */
                       int N, int C);
 
 /* --- RoPE, HF convention (rotate_half: pairs are (i, i + D/2)) --- */
-enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1, ROPE_SCALING_LINEAR = 2 };
-typedef struct {
-    int type;                     /* ROPE_SCALING_* */
-    double factor;                /* llama3 and linear */
-    double low_freq_factor;       /* llama3 */
-    double high_freq_factor;      /* llama3 */
-    int original_max_position;    /* llama3: original_max_position_embeddings */
-} RopeScaling;
 /* cos/sin tables for positions 0..T-1: (T, D/2) each. */
 void rope_tables(float *cos_t, float *sin_t, int T, int D, double theta, const RopeScaling *scaling);
 /* In place on x (B, T, H, D): x1' = x1*c - x2*s, x2' = x2*c + x1*s. */
