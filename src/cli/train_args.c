@@ -338,7 +338,9 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             if (p == PROJ_COUNT)
                 return error_set("lora_parameters.keys: \"%s\" is not a linear layer of a block (expected "
                                  "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
-                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj)", a->lora.keys[k]);
+                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj; Qwen3.5 also "
+                                 "linear_attn.in_proj_qkv, linear_attn.in_proj_z, linear_attn.in_proj_b, "
+                                 "linear_attn.in_proj_a or linear_attn.out_proj)", a->lora.keys[k]);
             spec->lora_keys |= 1u << p;
         }
     }

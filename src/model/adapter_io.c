@@ -3,6 +3,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include <stdio.h>
 #include <string.h>
@@ -77,6 +78,14 @@ int model_open_inference(Model **out, Arena *arena, const char *model_dir, const
     int rc = hf_config_load(&cfg, cfg_path);
     mem_free(cfg_path);
     TRY(rc);
+    if (cfg.q35.on) {
+        /* plan for the weights' layout as the load will see it */
+        StModel st;
+        TRY(st_model_open(&st, model_dir, true));
+        rc = model_tensors_resolve(&cfg, &st);
+        st_model_close(&st);
+        TRY(rc);
+    }
     ModelSpec spec = {0};
     spec.type = TUNE_NONE;
     spec.num_layers = -1;

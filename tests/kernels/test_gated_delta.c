@@ -36,6 +36,7 @@ static const float *get(const StFile *f, const char *name, size_t n) {
 static void compare(const char *cs, const char *what, const float *a, const float *ref, size_t n, double tol) {
     double e = rel_error(a, ref, n);
     if (e > worst_ref) worst_ref = e;
+    if (getenv("VERBOSE")) printf("%s %s %.2e\n", cs, what, e);
     CHECK_MSG(e <= tol, "%s: %s relative error %.3g > %.1g", cs, what, e, tol);
 }
 

@@ -9,7 +9,7 @@
 #include <math.h>
 
 static const int32_t TOK[2 * 13] = {5, 17, 33, 2, 9, 71, 44, 3, 12, 90, 31, 8, 1,
-                                   7, 66, 21, 14, 99, 5, 40, 26, 11, 0, 0, 0};
+                                   7, 66, 21, 14, 94, 5, 40, 26, 11, 0, 0, 0};
 static const int32_t LEN[2] = {13, 10}, OFF[2] = {0, 4};
 enum { FB = 2, FW = 13 };
 
@@ -19,7 +19,9 @@ static double mean_loss(Model *m) {
     return s / (double)n;
 }
 
-static void fd_case(const char *dir, ModelSpec spec, const char *what) {
+/* hrel: the finite-difference step, relative to max(|value|, 1); negative:
+ * that step with Richardson extrapolation. */
+static void fd_case_h(const char *dir, ModelSpec spec, const char *what, float hrel) {
     RefCase rc;
     if (refcase_read(&rc, dir, what) < 0) { printf("skip %s: %s\n", what, error_message()); return; }
     spec.max_rows = FB; spec.max_tokens = FW - 1; spec.weight_dtype = DTYPE_F32; spec.training = true;
@@ -55,11 +57,21 @@ static void fd_case(const char *dir, ModelSpec spec, const char *what) {
         size_t picks[2] = {kmax, rng_below(&rng, t->numel)};
         for (int j = 0; j < (i % 2 ? 1 : 2); j++) {   /* the largest entry, plus a random one every other tensor */
             size_t k = picks[j];
-            float v = t->value[k], h = 1e-2f * (fabsf(v) > 1 ? fabsf(v) : 1);
+            float v = t->value[k], h = fabsf(hrel) * (fabsf(v) > 1 ? fabsf(v) : 1);
             t->value[k] = v + h; double lp = mean_loss(m);
             t->value[k] = v - h; double lm = mean_loss(m);
             t->value[k] = v;
-            double fd = (lp - lm) / (2.0 * (double)h);
+            double fd = (lp - lm) / ((double)(v + h) - (double)(v - h));
+            if (hrel < 0) {
+                /* Richardson: (4 D(h/2) - D(h)) / 3 cancels the h^2 term of the central difference */
+                float h2 = h / 2;
+                t->value[k] = v + h2;
+                double lp2 = mean_loss(m);
+                t->value[k] = v - h2;
+                double lm2 = mean_loss(m);
+                t->value[k] = v;
+                fd = (4 * (lp2 - lm2) / ((double)(v + h2) - (double)(v - h2)) - fd) / 3;
+            }
             double err = fabs(fd - t->grad[k]) / (gmax + 1e-3);
             if (err > worst) worst = err;
             CHECK_MSG(err < 5e-3, "%s %s[%zu]: grad %.6g fd %.6g", what, t->name, k, t->grad[k], fd);
@@ -69,6 +81,8 @@ static void fd_case(const char *dir, ModelSpec spec, const char *what) {
     model_free(m);
     arena_free(&arena);
 }
+
+static void fd_case(const char *dir, ModelSpec spec, const char *what) { fd_case_h(dir, spec, what, 1e-2f); }
 
 /* Dropout: same seed, same gradients; checkpointing changes nothing; p > 0 changes them. */
 static void dropout_case(const char *dir) {
@@ -145,13 +159,17 @@ static void accumulate_case(const char *dir) {
     arena_free(&arena);
 }
 
-/* KV cache: decoding a prefix, then token by token, gives the logits of model_logits. */
-static void decode_case(const char *dir, TuneType type) {
+/* KV cache (and Qwen3.5's conv and recurrent states): decoding a prefix,
+ * then token by token, gives the logits of model_logits. gdn_chunk: the
+ * Gated DeltaNet chunk (the 5-token prefix runs chunked from a zero state,
+ * then each token through the plain recurrence). */
+static void decode_case(const char *dir, TuneType type, int gdn_chunk) {
     RefCase rc;
     if (refcase_read(&rc, dir, "decode") < 0) return;
     int T = 12;
     ModelSpec s = {.type = type, .num_layers = -1, .lora_rank = 4, .lora_scale = 2.0f, .lora_keys = PROJ_ALL,
-                   .max_rows = 1, .max_tokens = T, .weight_dtype = DTYPE_F32, .kv_cache_tokens = 16};
+                   .max_rows = 1, .max_tokens = T, .weight_dtype = DTYPE_F32, .kv_cache_tokens = 16,
+                   .gdn_chunk = gdn_chunk};
     Model *m; Arena arena; size_t planned;
     if (load_planned(&m, &arena, &planned, dir, &rc.cfg, &s, DTYPE_F32) < 0) { CHECK_MSG(0, "%s", error_message()); return; }
     CHECK(arena.used == planned);
@@ -171,7 +189,8 @@ static void decode_case(const char *dir, TuneType type) {
         CHECK(model_decode(m, TOK + p, 1, p, dec) == 0);
         worst = fmax(worst, rel_error(dec, full + (size_t)p * V, V));
     }
-    printf("decode (%s): worst relative error vs full logits %.2e\n", type == TUNE_NONE ? "base" : "LoRA", worst);
+    printf("decode (%s, %s): worst relative error vs full logits %.2e\n", type == TUNE_NONE ? "base" : "LoRA",
+           dir + strlen("tests/ref/data/"), worst);
     CHECK(worst < 1e-5);
     CHECK(model_decode(m, TOK, 1, 3, dec) < 0);
     CHECK_ERROR_CONTAINS("cache holds");
@@ -254,7 +273,23 @@ int main(void) {
     dropout_case(qwen3);
     accumulate_case(llama);
     dora_identity_case(qwen2);
-    decode_case(qwen3, TUNE_NONE);
-    decode_case(llama, TUNE_LORA);
+    decode_case(qwen3, TUNE_NONE, 0);
+    decode_case(llama, TUNE_LORA, 0);
+    /* Qwen3.5: gated attention and Gated DeltaNet blocks */
+    const char *q35n = "tests/ref/data/qwen35_nested_tied_lora", *q35f = "tests/ref/data/qwen35_flat_untied_full",
+               *q35d = "tests/ref/data/qwen35_nested_dora";
+    ModelSpec q35_lora = lora;
+    q35_lora.gdn_chunk = 4;
+    /* the Gated DeltaNet (L2 norms, gates, gated norm) curves more than attention
+     * does: the h^2 term of a 1e-2 step is ~1%, so it is extrapolated away */
+    fd_case_h(q35n, q35_lora, "qwen3.5 LoRA every linear, chunk 4", -1e-2f);
+    ModelSpec q35_dora = dora;
+    q35_dora.grad_checkpoint = true;
+    fd_case_h(q35d, q35_dora, "qwen3.5 DoRA every linear, ckpt", -1e-2f);
+    ModelSpec q35_full = {.type = TUNE_FULL, .num_layers = 2, .gdn_chunk = 5};
+    fd_case_h(q35f, q35_full, "qwen3.5 full, last 2 blocks, chunk 5", -1e-2f);
+    decode_case(q35n, TUNE_NONE, 0);
+    decode_case(q35n, TUNE_LORA, 3);
+    decode_case(q35f, TUNE_NONE, 0);
     return check_finish("model/fd");
 }
