@@ -54,7 +54,10 @@ static int preset_qwen35(const char *name, ModelConfig *c) {
     q->conv_kernel = 4;
     q->partial_rotary_factor = 0.25;
     q->rotary_dim = c->head_dim / 4;
-    for (int i = 0; i < c->num_hidden_layers; i++) q->linear[i] = (i + 1) % 4 != 0;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        q->linear[i] = (i + 1) % 4 != 0;
+        q->n_linear += q->linear[i];
+    }
     snprintf(q->prefix, sizeof q->prefix, "model.language_model.");
     snprintf(q->hf_prefix, sizeof q->hf_prefix, "model.language_model.");
     snprintf(q->adapter_prefix, sizeof q->adapter_prefix, "language_model.model.");

@@ -46,8 +46,10 @@ static int dims_gdn(Dims *d, const ModelConfig *cfg, const ModelSpec *spec) {
     d->attn_gate = true;
     d->rd = q->rotary_dim;
     d->norm_off = q->layout == Q35_LAYOUT_HF ? 1.0f : 0.0f;
-    d->n_gdn = q->n_linear;
-    d->n_attn = d->L - q->n_linear;
+    /* counted here, not taken from q->n_linear: a preset or a cut model may not have it */
+    d->n_gdn = 0;
+    for (int l = 0; l < d->L && l < Q35_MAX_LAYERS; l++) d->n_gdn += q->linear[l] != 0;
+    d->n_attn = d->L - d->n_gdn;
     GdnDims *g = &d->g;
     g->Hk = q->k_heads;
     g->Hv = q->v_heads;
