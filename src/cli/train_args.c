@@ -231,7 +231,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
 #define TRAIN_EPILOG \
     "config-file sections (-c FILE.yaml, as mlx_lm.lora), with their defaults:\n" \
     "  lora_parameters:  {rank: 8, scale: 20.0, dropout: 0.0, keys: [every linear of a block]}\n" \
-    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj; scale is PEFT's alpha / rank\n" \
+    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj (Qwen3.5 also\n" \
+    "                    linear_attn.in_proj_{qkv,z,b,a}, linear_attn.out_proj); scale is PEFT's alpha / rank\n" \
     "  lr_schedule:      {name: cosine_decay | linear_schedule | exponential_decay | step_decay | constant,\n" \
     "                     arguments: [peak, ...], warmup: 0, warmup_init: 0.0}\n" \
     "  optimizer_config: adam: {betas: [0.9, 0.999], eps: 1e-8, bias_correction: false}\n" \

@@ -152,17 +152,21 @@ static void transpose(float *restrict dst, int ldd, const float *restrict src, i
 }
 
 /* row[j] *= e^{gi - gam[j]} for j < n (all exponents <= 0 here; below
- * float's range the factor is 0, as expf gives). */
-static void scale_by_decay(float *row, const float *gam, float gi, int n) {
+ * float's range the factor is 0, as expf gives). The difference is taken in
+ * double: gam reaches -chunk * |g|, where a float's spacing would be a
+ * visible relative error of e^{gi - gam[j]} (and so of dg). */
+static void scale_by_decay(float *row, const double *gam, double gi, int n) {
     int j = 0;
     const v16 lo = splat16(-87.0f);
     for (; j + 16 <= n; j += 16) {
-        v16 x = splat16(gi) - load16(gam + j);
+        float xs[16];
+        for (int m = 0; m < 16; m++) xs[m] = (float)(gi - gam[j + m]);
+        v16 x = load16(xs);
         v16i keep = x >= lo;
         v16 e = (v16)((v16i)exp16(x) & keep);
         store16(row + j, load16(row + j) * e);
     }
-    for (; j < n; j++) row[j] *= expf(gi - gam[j]);
+    for (; j < n; j++) row[j] *= expf((float)(gi - gam[j]));
 }
 
 static float dotf(const float *a, const float *b, int n) {
@@ -182,7 +186,8 @@ size_t gdn_chunk_states_floats(const GdnShape *s) {
 
 /* One thread's buffers. Forward: the first group; backward adds the rest. */
 typedef struct {
-    float *gam, *egam;           /* (C) log decay so far, its exponential */
+    double *gam;                 /* (C) log decay so far (double: see scale_by_decay) */
+    float *egam;                 /* (C) its exponential */
     float *kt;                   /* (Dk, C) K^T of the chunk */
     float *kb;                   /* (C, Dk) diag(beta) K */
     float *gk;                   /* (C, Dk) diag(e^gam) Kb, then reused for diag(e^{gam_L - gam}) K */
@@ -191,7 +196,7 @@ typedef struct {
     float *a, *t, *p;            /* (C, C) A, T, P */
     float *s;                    /* (Dk, Dv) state */
     /* backward */
-    float *dgam;                 /* (C) */
+    double *dgam;                /* (C) gradient of gam: sums of +r and -r terms, in double */
     float *ds;                   /* (Dk, Dv) gradient of the state after the chunk */
     float *dst, *s0t;            /* (Dv, Dk) dS^T, S0^T */
     float *qg;                   /* (C, Dk) diag(e^gam) Q */
@@ -210,7 +215,11 @@ static size_t ws_split(Ws *w, float *base, const GdnShape *s, int backward) {
         (ptr) = base ? base + off : NULL;         \
         off += ((n) + 15) / 16 * 16;              \
     } while (0)
-    TAKE(w->gam, C);
+#define TAKE_D(ptr, n) do {                   \
+        (ptr) = base ? (double *)(base + off) : NULL; \
+        off += (2 * (n) + 15) / 16 * 16;          \
+    } while (0)
+    TAKE_D(w->gam, C);
     TAKE(w->egam, C);
     TAKE(w->kt, Dk * C);
     TAKE(w->kb, C * Dk);
@@ -223,7 +232,7 @@ static size_t ws_split(Ws *w, float *base, const GdnShape *s, int backward) {
     TAKE(w->p, C * C);
     TAKE(w->s, Dk * Dv);
     if (backward) {
-        TAKE(w->dgam, C);
+        TAKE_D(w->dgam, C);
         TAKE(w->ds, Dk * Dv);
         TAKE(w->dst, Dv * Dk);
         TAKE(w->s0t, Dv * Dk);
@@ -240,6 +249,7 @@ static size_t ws_split(Ws *w, float *base, const GdnShape *s, int backward) {
         TAKE(w->da, C * C);
     }
 #undef TAKE
+#undef TAKE_D
     return off;
 }
 
@@ -277,8 +287,8 @@ static void chunk_intra(Ws *w, const Chunk *c, const GdnShape *s) {
     double acc = 0.0;
     for (int i = 0; i < L; i++) {
         acc += c->g[(size_t)i * c->ldg];
-        w->gam[i] = (float)acc;
-        w->egam[i] = expf(w->gam[i]);
+        w->gam[i] = acc;
+        w->egam[i] = (float)exp(acc);
     }
     transpose(w->kt, C, c->k, c->ldk, L, Dk);
     for (int i = 0; i < L; i++) {
@@ -335,7 +345,7 @@ static void chunk_u(Ws *w, const Chunk *c, const GdnShape *s, int zero_state) {
 static void chunk_kdecay(Ws *w, const Chunk *c, const GdnShape *s) {
     int L = c->L, Dk = s->Dk;
     for (int i = 0; i < L; i++) {
-        float e = expf(w->gam[L - 1] - w->gam[i]);
+        float e = (float)exp(w->gam[L - 1] - w->gam[i]);
         const float *ki = c->k + (size_t)i * c->ldk;
         #pragma omp simd
         for (int d = 0; d < Dk; d++) w->gk[(size_t)i * Dk + d] = e * ki[d];
@@ -421,7 +431,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
     chunk_intra(w, c, s);
     chunk_u(w, c, s, 0);
     chunk_kdecay(w, c, s);                       /* gk = K~ = diag(e^{gam_L - gam}) K */
-    for (int i = 0; i < L; i++) w->dgam[i] = 0.0f;
+    for (int i = 0; i < L; i++) w->dgam[i] = 0.0;
     float eL = w->egam[L - 1];
 
     /* S_L = e^{gam_L} S0 + K~^T U */
@@ -430,7 +440,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
     mm(w->dx, Dk, w->u, Dv, 1, w->dst, Dk, L, Dk, Dv, 1.0f, 0, TRI_NONE);           /* dK~ = U dS^T */
     for (int i = 0; i < L; i++) {
         const float *dki = w->dx + (size_t)i * Dk;
-        float e = expf(w->gam[L - 1] - w->gam[i]);
+        float e = (float)exp(w->gam[L - 1] - w->gam[i]);
         float *dkrow = dk + (size_t)i * lddk;
         #pragma omp simd
         for (int d = 0; d < Dk; d++) dkrow[d] += e * dki[d];
@@ -439,7 +449,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
         w->dgam[L - 1] += r;
         w->dgam[i] -= r;
     }
-    w->dgam[L - 1] += eL * dotf(w->ds, w->s, (int)SS);
+    w->dgam[L - 1] += (double)eL * dotf(w->ds, w->s, (int)SS);
     /* O = diag(e^gam) Q S0 + P U */
     mm(w->du, Dv, w->p, 1, C, dout, ldo, L, Dv, L, 1.0f, 1, TRI_A_UPPER);           /* dU += P^T dO */
     transpose(w->s0t, Dk, w->s, Dv, Dk, Dv);
@@ -454,7 +464,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
             dqrow[d] += e * dqi[d];
             w->qg[(size_t)i * Dk + d] = e * qi[d];
         }
-        w->dgam[i] += e * dotf(dqi, qi, Dk);
+        w->dgam[i] += (double)e * dotf(dqi, qi, Dk);
     }
     transpose(w->ut, C, w->u, Dv, L, Dv);
     mm(w->dp, C, dout, ldo, 1, w->ut, C, L, L, Dv, 1.0f, 0, TRI_C_LOWER);           /* dP = dO U^T */
@@ -465,7 +475,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
             float r = dpi[j] * pi[j];
             w->dgam[i] += r;
             w->dgam[j] -= r;
-            dpi[j] *= expf(w->gam[i] - w->gam[j]);
+            dpi[j] *= expf((float)(w->gam[i] - w->gam[j]));
         }
         for (int j = i + 1; j < L; j++) dpi[j] = 0.0f;
     }
@@ -495,7 +505,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
             float r = dai[j] * ai[j];
             w->dgam[i] += r;
             w->dgam[j] -= r;
-            dai[j] *= expf(w->gam[i] - w->gam[j]);
+            dai[j] *= expf((float)(w->gam[i] - w->gam[j]));
         }
         for (int j = i; j < L; j++) dai[j] = 0.0f;
     }
@@ -507,7 +517,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
         float bi = c->beta[(size_t)i * c->ldg];
         float *dkbi = w->dkb + (size_t)i * Dk;
         const float *dgki = w->dgk + (size_t)i * Dk;
-        w->dgam[i] += e * dotf(dgki, w->kb + (size_t)i * Dk, Dk);
+        w->dgam[i] += (double)e * dotf(dgki, w->kb + (size_t)i * Dk, Dk);
         #pragma omp simd
         for (int d = 0; d < Dk; d++) dkbi[d] += e * dgki[d];
         const float *ki = c->k + (size_t)i * c->ldk;
@@ -522,10 +532,10 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
         dbeta[(size_t)i * c->ldg] += dotf(dkbi, ki, Dk) + dotf(dvbi, vi, Dv);
     }
     /* gam = cumsum(g): dg_i = sum_{j >= i} dgam_j */
-    float acc = 0.0f;
+    double acc = 0.0;
     for (int i = L - 1; i >= 0; i--) {
         acc += w->dgam[i];
-        dg[(size_t)i * c->ldg] += acc;
+        dg[(size_t)i * c->ldg] += (float)acc;
     }
 }
 

@@ -105,10 +105,10 @@ void l2norm_forward(float *out, float *rnorm, const float *inp, int ld_in, float
         for (int h = 0; h < H; h++) {
             const float *x = inp + (size_t)n * ld_in + (size_t)h * D;
             float *y = out + ((size_t)n * H + h) * D;
-            float ss = 0.0f;
+            double ss = 0.0;
             #pragma omp simd reduction(+:ss)
-            for (int i = 0; i < D; i++) ss += x[i] * x[i];
-            float r = 1.0f / sqrtf(ss + eps);
+            for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+            float r = (float)(1.0 / sqrt(ss + eps));
             rnorm[(size_t)n * H + h] = r;
             float f = r * scale;
             #pragma omp simd
@@ -126,9 +126,9 @@ void l2norm_backward(float *dinp, const float *dout, const float *inp, int ld_in
             const float *dy = dout + ((size_t)n * H + h) * D;
             float *dx = dinp + (size_t)n * ld_in + (size_t)h * D;
             float r = rnorm[(size_t)n * H + h];
-            float xd = 0.0f;
+            double xd = 0.0;
             #pragma omp simd reduction(+:xd)
-            for (int i = 0; i < D; i++) xd += x[i] * dy[i];
+            for (int i = 0; i < D; i++) xd += (double)x[i] * dy[i];
             float a = scale * r;
             float c = scale * r * r * r * xd;
             #pragma omp simd
@@ -192,10 +192,10 @@ void gated_rmsnorm_forward(float *out, float *rstd, const float *inp, const floa
         const float *x = inp + (size_t)n * D;
         const float *zz = z + (size_t)n * D;
         float *y = out + (size_t)n * D;
-        float ss = 0.0f;
+        double ss = 0.0;
         #pragma omp simd reduction(+:ss)
-        for (int i = 0; i < D; i++) ss += x[i] * x[i];
-        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+        float r = (float)(1.0 / sqrt(ss / D + eps));
         rstd[n] = r;
         #pragma omp simd
         for (int i = 0; i < D; i++) y[i] = weight[i] * (x[i] * r) * (zz[i] * sigmoidf(zz[i]));
@@ -215,11 +215,11 @@ void gated_rmsnorm_backward(float *dinp, float *dz, float *dweight, const float 
         float *dx = dinp + (size_t)n * D;
         float *dzz = dz + (size_t)n * D;
         float r = rstd[n];
-        float dot = 0.0f;
+        double dot = 0.0;
         for (int i = 0; i < D; i++) {
             float sg = sigmoidf(zz[i]);
             float gn = dy[i] * weight[i] * zz[i] * sg;
-            dot += gn * x[i];
+            dot += (double)gn * x[i];
             dzz[i] += dy[i] * weight[i] * x[i] * r * sg * (1.0f + zz[i] * (1.0f - sg));
         }
         float k = dot * r * r * r / (float)D;
