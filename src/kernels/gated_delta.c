@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "kernels/gated_delta.h"
+#include "kernels/isa.h"
 #include "kernels/vec.h"
 #include "base/error.h"
 
@@ -46,8 +47,10 @@ enum { TRI_NONE = 0, TRI_A_LOWER, TRI_A_UPPER, TRI_C_LOWER };
  * C row-major, ldc. tri skips known zeros: TRI_A_LOWER A(i, k) = 0 for k > i,
  * TRI_A_UPPER A(i, k) = 0 for k < i, TRI_C_LOWER only C(i, n <= i) is needed
  * (computed up to the next multiple of 16 columns; entries above that may
- * hold anything afterwards). 4 rows x 64 columns of
- * accumulators stay in registers while k runs. */
+ * hold anything afterwards). With AVX-512, 4 rows x 64 columns of
+ * accumulators stay in registers while k runs (20 of the 32 zmm registers);
+ * without (16 ymm registers) only the 4 x 16 loop runs: the same sums in the
+ * same order, so the same bits (tests/kernels/test_isa). */
 static void mm(float *C, int ldc, const float *A, int ai, int ak, const float *B, int ldb,
                int M, int N, int K, float alpha, int acc, int tri) {
     const v16 va = splat16(alpha);
@@ -66,6 +69,7 @@ static void mm(float *C, int ldc, const float *A, int ai, int ak, const float *B
         float *c[4];
         for (int r = 0; r < 4; r++) c[r] = C + (size_t)(i + (r < rows ? r : 0)) * ldc;
         int n = 0;
+#ifdef __AVX512F__
         for (; n + 64 <= n1; n += 64) {
             v16 r00 = splat16(0.0f), r01 = r00, r02 = r00, r03 = r00;
             v16 r10 = r00, r11 = r00, r12 = r00, r13 = r00;
@@ -109,6 +113,7 @@ static void mm(float *C, int ldc, const float *A, int ai, int ak, const float *B
                     store16(p, (acc ? load16(p) : splat16(0.0f)) + va * rr[x][y]);
                 }
         }
+#endif
         for (; n + 16 <= n1; n += 16) {
             v16 r0 = splat16(0.0f);
             v16 r1 = r0;
@@ -169,20 +174,29 @@ static void scale_by_decay(float *row, const double *gam, double gi, int n) {
     for (; j < n; j++) row[j] *= expf((float)(gi - gam[j]));
 }
 
+/* sum a[i] b[i]: 16 partial sums, then their lanes in order, then the tail.
+ * Written out rather than left to `omp simd reduction`, whose partial sums
+ * follow the vector width (8 lanes in the baseline, 16 with AVX-512) and so
+ * would give the two variants different bits. */
 static float dotf(const float *a, const float *b, int n) {
+    v16 acc = splat16(0.0f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc += load16(a + i) * load16(b + i);
     float s = 0.0f;
-    #pragma omp simd reduction(+:s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    for (int m = 0; m < 16; m++) s += acc[m];
+    for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
 /* --------------------------------------------------------------- workspace */
 
+#ifndef LT_ISA_AVX512   /* once, in the baseline object */
 int gdn_num_chunks(const GdnShape *s) { return (s->T + s->chunk - 1) / s->chunk; }
 
 size_t gdn_chunk_states_floats(const GdnShape *s) {
     return (size_t)s->B * s->Hv * gdn_num_chunks(s) * s->Dk * s->Dv;
 }
+#endif
 
 /* One thread's buffers. Forward: the first group; backward adds the rest. */
 typedef struct {
@@ -253,10 +267,12 @@ static size_t ws_split(Ws *w, float *base, const GdnShape *s, int backward) {
     return off;
 }
 
+#ifndef LT_ISA_AVX512
 size_t gdn_workspace_floats(const GdnShape *s, int threads, int backward) {
     Ws w;
     return ws_split(&w, NULL, s, backward) * (size_t)(threads > 0 ? threads : 1);
 }
+#endif
 
 static Ws thread_ws(float *workspace, int threads, const GdnShape *s, int backward) {
     Ws w;
@@ -373,7 +389,7 @@ static void chunk_at(Chunk *c, const GdnShape *s, int b, int h, int t0,
     c->L = s->T - t0 < s->chunk ? s->T - t0 : s->chunk;
 }
 
-void gated_delta_forward(float *out, float *chunk_states, float *state,
+void ISA_FN(gated_delta_forward)(float *out, float *chunk_states, float *state,
                          const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
                          const float *g, const float *beta, float *workspace, int threads, const GdnShape *s) {
     int nc = gdn_num_chunks(s);
@@ -539,7 +555,7 @@ static void chunk_backward(Ws *w, const Chunk *c, const GdnShape *s, const float
     }
 }
 
-void gated_delta_backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout,
+void ISA_FN(gated_delta_backward)(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout,
                           const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
                           const float *g, const float *beta, const float *chunk_states,
                           float *workspace, int threads, const GdnShape *s) {
@@ -570,6 +586,8 @@ void gated_delta_backward(float *dq, float *dk, float *dv, float *dg, float *dbe
 }
 
 /* ---------------------------------------------------------------- recurrent */
+
+#ifndef LT_ISA_AVX512
 
 void gated_delta_recurrent_forward(float *out, float *state,
                                    const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
@@ -611,3 +629,4 @@ void gated_delta_recurrent_forward(float *out, float *state,
         }
     }
 }
+#endif

@@ -7,6 +7,8 @@
 #define LT_MODEL_INTERNAL_H
 #include "model/model.h"
 #include "formats/safetensors.h"
+#include "formats/mlx_quant.h"
+#include "kernels/frozen_weight.h"
 
 /* Gated DeltaNet dimensions (Qwen3.5's linear-attention blocks). */
 typedef struct {
@@ -37,12 +39,17 @@ typedef struct {
     float norm_off;       /* stored RMSNorm weights are used as w + norm_off (1: zero-centred) */
     int n_gdn, n_attn;    /* Qwen3.5: blocks of each kind */
     GdnDims g;
-    DType file_dtype;     /* dtype of the matrices in the file */
+    DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
     DType run_dtype;      /* dtype the frozen matrices are used in */
     bool convert;         /* frozen matrices are converted into the arena */
+    bool quantized;       /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool bf16_compute;    /* some frozen product runs in bf16 (the conversion scratch exists) */
+    int panel_cols;       /* widest frozen matrix whose products expand panels (0: none) */
 } Dims;
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype);
+/* What the safetensors headers add to the dimensions (model_weights_summary). */
+int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
 /* in/out features of projection p. */
 void proj_shape(const Dims *d, int p, int *in, int *out);
 /* The projections of block l (PROJ_ATTN_BLOCK or PROJ_GDN_BLOCK). */
@@ -52,8 +59,7 @@ static inline bool layer_gdn(const ModelConfig *cfg, int l) { return cfg->q35.on
 /* Parameters of one block: what forward and backward read. Gradient
  * pointers are NULL when the tensor is frozen. */
 typedef struct {
-    const void *w[PROJ_COUNT];  /* (out, in) */
-    DType wt[PROJ_COUNT];
+    FrozenWeight w[PROJ_COUNT]; /* (out, in); full fine-tuning: the fp32 masters, plain F32 */
     float *dw[PROJ_COUNT];      /* full fine-tuning */
     float *bias[3], *dbias[3];  /* q, k, v (attention_bias) */
     float *ln1, *dln1, *ln2, *dln2;
@@ -136,10 +142,9 @@ struct Model {
     bool st_open;
     Arena *arena;
 
-    const void *embed;        /* (V, C) */
-    DType embed_t;
-    const void *lm_head;      /* (V, C): embed when tied */
-    DType lm_head_t;
+    FrozenWeight embed;       /* (V, C) */
+    FrozenWeight lm_head;     /* (V, C): embed when tied (MLX's QuantizedEmbedding.as_linear) */
+    QuantConfig qc;           /* config.json's quantization (present = false for plain models) */
     float *final_norm;        /* (C) */
     BlockParams *blocks;      /* (L) heap */
 
@@ -162,6 +167,8 @@ struct Model {
     float *lmhead_scratch;
     void *mm_scratch;
     size_t mm_scratch_bytes;
+    void *panel_scratch;      /* expansion panels of the frozen products (frozen_weight.h) */
+    size_t panel_scratch_bytes;
 
     /* KV cache */
     float *kcache, *vcache;   /* (attention layers, kv_T, KVD) */
@@ -177,6 +184,18 @@ struct Model {
     bool dora_fresh;
     bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */          /* dnorm matches the current adapter */
 };
+
+/* model_weights.c: matrix k of the model (0 embedding, 1 LM head, then
+ * PROJ_COUNT per block): module path in the files and (rows, cols). */
+int weights_matrix_count(const Dims *d);
+/* false: block k's layer has no such projection (Qwen3.5's two block kinds). */
+bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
+/* The stored matrix of `module` as a FrozenWeight (into st's mapping; plain
+ * matrices as stored, compute BF16 for BF16 and F32 otherwise). */
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+                 FrozenWeight *out, bool *quantized);
+int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
+void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */

@@ -145,11 +145,13 @@ void bind_trainables(Model *m) {
             int ns = full_slots(m, bp, s);
             for (int k = 0; k < ns; k++, i++) {
                 *s[k].grad = m->trainables[i].grad;
-                if (s[k].proj >= 0) bp->w[s[k].proj] = m->trainables[i].value;
-                else if (s[k].src) *s[k].src = m->trainables[i].value;  /* *value: the w + 1 copy (layout) */
+                if (s[k].proj >= 0) {
+                    int in, out;
+                    proj_shape(d, s[k].proj, &in, &out);
+                    bp->w[s[k].proj] = fw_plain(m->trainables[i].value, DTYPE_F32, out, in, DTYPE_F32);
+                } else if (s[k].src) *s[k].src = m->trainables[i].value;  /* *value: the w + 1 copy (layout) */
                 else *s[k].value = m->trainables[i].value;
             }
-            for (int p = 0; p < PROJ_COUNT; p++) bp->wt[p] = DTYPE_F32;
             continue;
         }
         for (int p = 0; p < PROJ_COUNT; p++) {
