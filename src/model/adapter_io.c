@@ -74,16 +74,12 @@ out:
 int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
                          int rows, int tokens, int kv_tokens) {
     ModelConfig cfg;
-    char *cfg_path = path_join(model_dir, "config.json");
-    if (!cfg_path) return -1;
-    int rc = hf_config_load(&cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
+    TRY(model_config_load(model_dir, &cfg));
     if (cfg.q35.on) {
         /* plan for the weights' layout as the load will see it */
         StModel st;
         TRY(st_model_open(&st, model_dir, true));
-        rc = model_tensors_resolve(&cfg, &st);
+        int rc = model_tensors_resolve(&cfg, &st);
         st_model_close(&st);
         TRY(rc);
     }
