@@ -12,7 +12,7 @@ sequence lengths, with and without --grad-checkpoint:
     steps after the first when the run has at least 2 (--iters), else of the
     first step (which includes faulting in the weights and the arena).
 
-Usage: bench/qwen35.py [--models 0.8b,2b] [--seqs 512,1024,2048,4096]
+Usage: bench/qwen35.py [--models 0.8b,2b,4b-q4,4b-q4-zeros] [--seqs 512,1024,2048,4096]
                        [--ckpt both|no|yes] [--iters N] [--iters-above SEQ:N]
                        [--max-plan-gb G]
 A configuration whose plan exceeds --max-plan-gb (default 14) is planned but
@@ -37,7 +37,103 @@ def run(cmd, env=None):
     return out, dt, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime
 
 
+# The published Qwen3.5-4B text config where it differs from the 0.8B one
+# (what `lmtune init --preset qwen3.5-4b` writes).
+SIZE_4B = dict(hidden_size=2560, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=16,
+               num_key_value_heads=4, linear_num_value_heads=32,
+               layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(32)])
+
+
+def zero_q4_dir():
+    """The Qwen3.5-4B shape as MLX's 4-bit model (group 64, bf16 scales and
+    biases, A_log fp32, every linear and the tied embedding quantized, as
+    `lmtune convert -q` writes it), all weights zero: written directly (a
+    sparse file) instead of initialising 9 GB of random bf16 and quantizing
+    it, which takes most of an hour on a loaded 2-core machine. Zeros cost
+    the products and the plan exactly what random codes do."""
+    import json, shutil, struct
+    d = os.path.join(WORK, "qwen3.5-4b-q4-zeros")
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return d
+    src = model_dir("0.8b")
+    os.makedirs(d, exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), d)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    tc = cfg["text_config"]
+    tc.update(SIZE_4B)
+    cfg["quantization"] = cfg["quantization_config"] = {"group_size": 64, "bits": 4}
+    C, F, V = tc["hidden_size"], tc["intermediate_size"], tc["vocab_size"]
+    H, KV, D = tc["num_attention_heads"], tc["num_key_value_heads"], tc["head_dim"]
+    Hk, Hv = tc["linear_num_key_heads"], tc["linear_num_value_heads"]
+    Dk, Dv, K = tc["linear_key_head_dim"], tc["linear_value_head_dim"], tc["linear_conv_kernel_dim"]
+    CC = 2 * Hk * Dk + Hv * Dv
+    ts = []   # (name, dtype, shape)
+
+    def lin(name, out, inp):
+        ts.append((name + ".weight", "U32", [out, inp // 8]))
+        ts.append((name + ".scales", "BF16", [out, inp // 64]))
+        ts.append((name + ".biases", "BF16", [out, inp // 64]))
+    P = "model.language_model."
+    lin(P + "embed_tokens", V, C)
+    ts.append((P + "norm.weight", "BF16", [C]))
+    for l, kind in enumerate(tc["layer_types"]):
+        b = f"{P}layers.{l}."
+        ts.append((b + "input_layernorm.weight", "BF16", [C]))
+        ts.append((b + "post_attention_layernorm.weight", "BF16", [C]))
+        lin(b + "mlp.gate_proj", F, C)
+        lin(b + "mlp.up_proj", F, C)
+        lin(b + "mlp.down_proj", C, F)
+        if kind == "linear_attention":
+            a = b + "linear_attn."
+            lin(a + "in_proj_qkv", CC, C)
+            lin(a + "in_proj_z", Hv * Dv, C)
+            lin(a + "in_proj_b", Hv, C)
+            lin(a + "in_proj_a", Hv, C)
+            lin(a + "out_proj", C, Hv * Dv)
+            ts.append((a + "conv1d.weight", "BF16", [CC, 1, K]))
+            ts.append((a + "A_log", "F32", [Hv]))
+            ts.append((a + "dt_bias", "BF16", [Hv]))
+            ts.append((a + "norm.weight", "BF16", [Dv]))
+        else:
+            a = b + "self_attn."
+            lin(a + "q_proj", 2 * H * D, C)
+            lin(a + "k_proj", KV * D, C)
+            lin(a + "v_proj", KV * D, C)
+            lin(a + "o_proj", C, H * D)
+            ts.append((a + "q_norm.weight", "BF16", [D]))
+            ts.append((a + "k_norm.weight", "BF16", [D]))
+    size = {"U32": 4, "BF16": 2, "F32": 4}
+    header, off = {"__metadata__": {"format": "mlx"}}, 0
+    for name, dt, shape in ts:
+        n = size[dt]
+        for x in shape:
+            n *= x
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = os.path.join(d, "model.safetensors.tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    os.rename(tmp, os.path.join(d, "model.safetensors"))
+    return d
+
+
 def model_dir(size):
+    """SIZE (0.8b, 2b, 4b): the preset in bf16; SIZE-q4 (4b-q4): that model
+    quantized by `lmtune convert -q` (4 bits, group 64: mlx_lm.convert's
+    defaults), the base of a QLoRA run."""
+    if size == "4b-q4-zeros":
+        return zero_q4_dir()
+    if size.endswith("-q4"):
+        d = os.path.join(WORK, f"qwen3.5-{size}")
+        if not os.path.exists(os.path.join(d, "config.json")):
+            run([LMTUNE, "convert", "--hf-path", model_dir(size[:-3]), "--mlx-path", d, "-q", "--q-bits", "4",
+                 "--q-group-size", "64"])
+        return d
     d = os.path.join(WORK, f"qwen3.5-{size}-bf16")
     if not os.path.exists(os.path.join(d, "model.safetensors")):
         run([LMTUNE, "init", "--preset", f"qwen3.5-{size}", "--out", d, "--dtype", "bf16", "--seed", "0"])

@@ -87,16 +87,18 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
      * safetensors headers and config.json's quantization; the layout of the
      * weights (Qwen3.5: names, transformers' or MLX-LM's conventions) as the
      * load will see it. */
-    StModel st;
-    TRY(st_model_open(&st, a->model_dir, true));
     ModelConfig *cfg = mem_alloc(sizeof *cfg);
-    if (!cfg) {
-        st_model_close(&st);
-        return -1;
-    }
+    TRY_PTR(cfg);
     *cfg = *in->cfg;
-    int rc = model_tensors_resolve(cfg, &st);
-    st_model_close(&st);
+    int rc = 0;
+    if (cfg->q35.on) {
+        StModel st;
+        rc = st_model_open(&st, a->model_dir, true);
+        if (rc == 0) {
+            rc = model_tensors_resolve(cfg, &st);
+            st_model_close(&st);
+        }
+    }
     WeightsSummary ws;
     if (rc == 0) rc = model_weights_summary(a->model_dir, cfg, &ws);
     if (rc == 0) rc = model_layout_summary(cfg, spec, &ws, &cv);
