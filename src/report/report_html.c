@@ -40,6 +40,7 @@ typedef struct {
     int best;                           /* index of the best validation loss, or -1 */
     ChartMark best_it, best_tok;
     char best_label[64], best_tip[160];
+    double tps_median;                  /* tokens/s over the report windows (NaN: none) */
 } Series;
 
 /* Trained tokens at an iteration, between the recorded points (train and
@@ -85,6 +86,8 @@ static void series_free(Series *s) {
     mem_free(s->tips);
 }
 
+static int median_finite(const double *v, size_t n, double *out);
+
 static int series_build(Series *s, const History *h, double max_grad_norm) {
     memset(s, 0, sizeof *s);
     s->h = h;
@@ -126,6 +129,10 @@ static int series_build(Series *s, const History *h, double max_grad_norm) {
                      max_grad_norm, t->grad_norm_max);
             s->clips[s->n_clips++] = (ChartMark){t->iteration, t->grad_norm_max, s->tips[tip++], C_CLIP, '^', NULL};
         }
+    }
+    if (median_finite(s->tps, h->n_train, &s->tps_median) < 0) {
+        series_free(s);
+        return -1;
     }
     for (size_t i = 0; i < h->n_val; i++) {
         s->v_it[i] = h->val[i].iteration;
@@ -217,15 +224,17 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median_finite(const double *v, size_t n) {
+/* *out = the median of v's finite values (NaN: none); -1 when out of memory. */
+static int median_finite(const double *v, size_t n, double *out) {
     double *c = mem_calloc(n ? n : 1, sizeof *c);
-    if (!c) return NAN;
+    if (!c) return -1;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) if (isfinite(v[i])) c[k++] = v[i];
     qsort(c, k, sizeof *c, cmp_double);
     double m = k == 0 ? NAN : k % 2 ? c[k / 2] : 0.5 * (c[k / 2 - 1] + c[k / 2]);
     mem_free(c);
-    return m;
+    *out = m;
+    return 0;
 }
 
 static double peak_bytes(const History *h) {
@@ -270,7 +279,7 @@ static void write_cards(FILE *f, const History *h, const Series *s) {
     card(f, "last train loss", v, n, NULL);
     format_short(v, sizeof v, lt ? lt->trained_tokens : 0);
     card(f, "trained tokens", v, "loss tokens (prompt and padding excluded)", NULL);
-    double tps = median_finite(s->tps, h->n_train);
+    double tps = s->tps_median;
     format_short(v, sizeof v, tps);
     if (!isfinite(tps)) snprintf(v, sizeof v, "n/a");
     card(f, "tokens/s", v, "median over the report windows", NULL);
@@ -622,17 +631,13 @@ static void write_events(FILE *f, const History *h, const Series *s) {
     fputs("</table>\n</div></div>\n</section>\n", f);
 }
 
-void report_html_render(FILE *f, const History *h) {
+int report_html_render(FILE *f, const History *h) {
     char title[512];
     snprintf(title, sizeof title, "lmtune report: %s", h->dir);
     page_begin(f, title);
     double max_grad_norm = history_run_number(h, "max_grad_norm"), limit = history_run_number(h, "memory_limit");
     Series s;
-    if (series_build(&s, h, max_grad_norm) < 0) {
-        fputs("<h1>Training report</h1><p>Out of memory while preparing the charts.</p>\n", f);
-        page_end(f);
-        return;
-    }
+    if (series_build(&s, h, max_grad_norm) < 0) return -1;
     fputs("<h1>Training report</h1>\n<div class=\"sub\">", f);
     html_text(f, h->dir);
     const char *model = history_run_string(h, "model");
@@ -659,6 +664,7 @@ void report_html_render(FILE *f, const History *h) {
             h->torn_tail ? "; an incomplete last line, cut by a kill, left out" : "");
     series_free(&s);
     page_end(f);
+    return 0;
 }
 
 int report_html_write(const char *adapter_dir, const char *out_path) {
@@ -672,8 +678,12 @@ int report_html_write(const char *adapter_dir, const char *out_path) {
     AtomicFile af;
     int rc = atomic_open(&af, path);
     if (rc == 0) {
-        report_html_render(af.fp, &h);
-        rc = atomic_commit(&af);
+        if (report_html_render(af.fp, &h) < 0) {
+            atomic_abort(&af);
+            rc = -1;
+        } else {
+            rc = atomic_commit(&af);
+        }
     }
     mem_free(path);
     history_free(&h);
