@@ -30,10 +30,13 @@ head -n 16 demo/data/train.jsonl >"$T/data/train.jsonl"
 head -n 4 demo/data/valid.jsonl >"$T/data/valid.jsonl"
 cp "$T/data/valid.jsonl" "$T/data/test.jsonl"
 "$BIN" train --model "$T/q4" --data "$T/data" --iters 3 --batch-size 1 --max-seq-length 64 --num-layers 4 \
-  --learning-rate 1e-3 --adapter-path "$T/ad" >"$T/train.log" 2>&1 || fail "train on the 4-bit base: $(tail -3 "$T/train.log")"
+  --learning-rate 1e-3 --adapter-path "$T/ad" >"$T/train.log" 2>&1 \
+  || fail "train on the 4-bit base: $(tail -3 "$T/train.log")"
 grep -q "Saved final weights" "$T/train.log" || fail "no adapter saved"
 
-ev() { "$BIN" eval --model "$1" --data "$T/data" --adapter-path "$T/ad" --max-seq-length 64 2>/dev/null | grep '^Test loss'; }
+ev() {
+  "$BIN" eval --model "$1" --data "$T/data" --adapter-path "$T/ad" --max-seq-length 64 2>/dev/null | grep '^Test loss'
+}
 lq=$(ev "$T/q4")
 ld=$(ev "$T/deq")
 echo "4-bit base: $lq; dequantized base: $ld"
