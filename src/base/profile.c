@@ -39,6 +39,7 @@ const char *profile_name(ProfKind k) {
         [PROF_LMHEAD] = "LM head + cross-entropy", [PROF_NORM] = "RMSNorm",
         [PROF_ROPE] = "RoPE", [PROF_SWIGLU] = "SwiGLU",
         [PROF_ELEMENT] = "residual adds, clears, embedding", [PROF_UPDATE] = "update (reduce, norm, optimizer)",
+        [PROF_GDN] = "Gated DeltaNet (conv, norms, rule)",
     };
     return (unsigned)k < PROF_COUNT ? names[k] : "?";
 }

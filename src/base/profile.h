@@ -22,6 +22,7 @@ typedef enum {
     PROF_SWIGLU,     /* SwiGLU forward and backward */
     PROF_ELEMENT,    /* residual adds, clearing gradient buffers, embedding */
     PROF_UPDATE,     /* gradient reduction, norm, optimizer, clearing gradients */
+    PROF_GDN,        /* Gated DeltaNet kernels (conv, L2 norms, gates, the chunked rule, gated norm) */
     PROF_COUNT
 } ProfKind;
 

@@ -235,7 +235,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
 #define TRAIN_EPILOG \
     "config-file sections (-c FILE.yaml, as mlx_lm.lora), with their defaults:\n" \
     "  lora_parameters:  {rank: 8, scale: 20.0, dropout: 0.0, keys: [every linear of a block]}\n" \
-    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj; scale is PEFT's alpha / rank\n" \
+    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj (Qwen3.5 also\n" \
+    "                    linear_attn.in_proj_{qkv,z,b,a}, linear_attn.out_proj); scale is PEFT's alpha / rank\n" \
     "  lr_schedule:      {name: cosine_decay | linear_schedule | exponential_decay | step_decay | constant,\n" \
     "                     arguments: [peak, ...], warmup: 0, warmup_init: 0.0}\n" \
     "  optimizer_config: adam: {betas: [0.9, 0.999], eps: 1e-8, bias_correction: false}\n" \
@@ -342,7 +343,9 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             if (p == PROJ_COUNT)
                 return error_set("lora_parameters.keys: \"%s\" is not a linear layer of a block (expected "
                                  "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
-                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj)", a->lora.keys[k]);
+                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj; Qwen3.5 also "
+                                 "linear_attn.in_proj_qkv, linear_attn.in_proj_z, linear_attn.in_proj_b, "
+                                 "linear_attn.in_proj_a or linear_attn.out_proj)", a->lora.keys[k]);
             spec->lora_keys |= 1u << p;
         }
     }

@@ -7,6 +7,7 @@
  * heads divisible) so later layers can trust the struct. The writer emits
  * the same fields in HF style, and reading them back gives the same struct. */
 #include "hf_config.h"
+#include "hf_config_qwen35.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "one_line.h"
@@ -81,7 +82,7 @@ static int parse_rope_scaling(ModelConfig *c, const json_t *root, const char *na
     if (!json_is_string(type)) return error_set("%s: rope_scaling: field \"rope_type\" must be a string", name);
     const char *t = json_string_value(type);
     RopeScaling *r = &c->rope_scaling;
-    char sub[64];
+    char sub[640];
     snprintf(sub, sizeof sub, "%s: rope_scaling", name);
     if (strcmp(t, "default") == 0) return 0;
     if (strcmp(t, "linear") == 0) {
@@ -157,7 +158,17 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     int family = -1;
     for (int i = 0; i < (int)(sizeof families / sizeof families[0]); i++)
         if (strcmp(type, families[i].type) == 0) family = i;
-    if (family < 0)
+    /* Qwen3.5: the common fields are read from the text config (nested or not) */
+    const json_t *top = root;
+    char text_name[600];
+    bool q35 = hf_qwen35_type(type);
+    if (q35) {
+        TRY(hf_qwen35_select(top, type, name, &root));
+        if (root != top) {
+            snprintf(text_name, sizeof text_name, "%.560s: text_config", name);
+            name = text_name;
+        }
+    } else if (family < 0)
         return error_set("%s: model_type \"%.40s\" is not supported (supported: " HF_SUPPORTED_TYPES ")", name, type);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     bool qwen2 = strcmp(type, "qwen2") == 0, qwen3 = strcmp(type, "qwen3") == 0;
@@ -218,6 +229,7 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     if (qwen2 || qwen3) TRY(get_bool(root, name, "use_sliding_window", false, &use_window));
     if (use_window)
         TRY(get_int(root, name, "sliding_window", false, 0, 0, 1 << 30, &c->sliding_window));
+    if (q35) TRY(hf_qwen35_parse(c, top, root, name));
     return 0;
 }
 
@@ -256,6 +268,7 @@ static void fmt_double(char *buf, size_t cap, double x) {
 int hf_config_write(const ModelConfig *c, const char *path) {
     /* Round trip through the parser first: a struct the reader would refuse
      * (or read differently) is not written. */
+    if (c->q35.on) return hf_qwen35_write(c, path);
     const char *arch = NULL;
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (strcmp(c->model_type, families[i].type) == 0) arch = families[i].architecture;

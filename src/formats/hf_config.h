@@ -6,8 +6,9 @@
 #include <stdbool.h>
 #include "base/dtype.h"
 #include "base/rope_scaling.h"
+#include "formats/qwen35_config.h"
 
-#define HF_SUPPORTED_TYPES "llama, mistral, qwen2, qwen3"
+#define HF_SUPPORTED_TYPES "llama, mistral, qwen2, qwen3, qwen3_5, qwen3_5_text"
 
 typedef struct {
     char model_type[32];
@@ -33,6 +34,7 @@ typedef struct {
                                  * qwen2/qwen3's when use_sliding_window is true. lmtune computes
                                  * full attention, so callers must refuse sequences longer
                                  * than this (where it would differ) */
+    Qwen35Config q35;           /* Qwen3.5's hybrid blocks (q35.on); see qwen35_config.h */
 } ModelConfig;
 
 int hf_config_load(ModelConfig *c, const char *path);

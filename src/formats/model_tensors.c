@@ -4,6 +4,7 @@
 #include "model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,10 +15,12 @@ static void add(ModelTensorSpec *s, size_t *k, int layer, const char *suffix, in
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
+    t->shape[2] = 0;
 }
 
 int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     *out = NULL; *n = 0;
+    if (c->q35.on) return qwen35_tensor_specs(c, out, n);
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
     int64_t H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
     if (C <= 0 || F <= 0 || V <= 0 || L <= 0 || H <= 0 || KVH <= 0 || D <= 0)
@@ -97,4 +100,50 @@ size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first
     }
     mem_free(specs);
     return total;
+}
+
+int model_tensors_resolve(ModelConfig *c, const StModel *m) {
+    return c->q35.on ? qwen35_detect_layout(c, m) : 0;
+}
+
+const char *model_file_prefix(const ModelConfig *c) { return c->q35.on ? c->q35.prefix : "model."; }
+const char *model_adapter_prefix(const ModelConfig *c) { return c->q35.on ? c->q35.adapter_prefix : "model."; }
+
+/* canonical "model.X" -> prefix "X"; "lm_head.weight" -> head (when given) */
+static const char *rename_canonical(char *buf, size_t cap, const char *canon, const char *prefix, const char *head) {
+    if (head && !strcmp(canon, "lm_head.weight")) snprintf(buf, cap, "%s", head);
+    else if (!strncmp(canon, "model.", 6)) snprintf(buf, cap, "%s%s", prefix, canon + 6);
+    else snprintf(buf, cap, "%s", canon);
+    return buf;
+}
+
+const char *model_tensor_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
+    char canon[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(canon, sizeof canon, fmt, ap);
+    va_end(ap);
+    return rename_canonical(buf, cap, canon, model_file_prefix(c), c->q35.on ? c->q35.head_name : NULL);
+}
+
+const char *model_module_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
+    char canon[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(canon, sizeof canon - 8, fmt, ap);
+    va_end(ap);
+    strcat(canon, ".weight");
+    rename_canonical(buf, cap, canon, model_file_prefix(c), c->q35.on ? c->q35.head_name : NULL);
+    size_t n = strlen(buf);
+    if (n >= 7 && !strcmp(buf + n - 7, ".weight")) buf[n - 7] = 0;
+    return buf;
+}
+
+const char *model_adapter_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
+    char canon[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(canon, sizeof canon, fmt, ap);
+    va_end(ap);
+    return rename_canonical(buf, cap, canon, model_adapter_prefix(c), NULL);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/dequant.h"
+#include "kernels/gated_delta.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -73,6 +74,8 @@ extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf1
 extern __typeof__(matmul_bf16_to_f32) matmul_bf16_to_f32_base, matmul_bf16_to_f32_avx512;
 extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
 extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
+extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
+extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                        int KVH, int D) {
@@ -132,6 +135,29 @@ void affine_gemv(float *y, size_t ldy, const float *x, const uint8_t *packed, si
         affine_gemv_avx512(y, ldy, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
     } else {
         affine_gemv_base(y, ldy, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    }
+}
+
+void gated_delta_forward(float *out, float *chunk_states, float *state, const float *q, int ldq, const float *k,
+                         int ldk, const float *v, int ldv, const float *g, const float *beta, float *workspace,
+                         int threads, const GdnShape *s) {
+    if (isa_avx512()) {
+        gated_delta_forward_avx512(out, chunk_states, state, q, ldq, k, ldk, v, ldv, g, beta, workspace, threads, s);
+    } else {
+        gated_delta_forward_base(out, chunk_states, state, q, ldq, k, ldk, v, ldv, g, beta, workspace, threads, s);
+    }
+}
+
+void gated_delta_backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout,
+                          const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
+                          const float *g, const float *beta, const float *chunk_states, float *workspace,
+                          int threads, const GdnShape *s) {
+    if (isa_avx512()) {
+        gated_delta_backward_avx512(dq, dk, dv, dg, dbeta, dout, q, ldq, k, ldk, v, ldv, g, beta, chunk_states,
+                                    workspace, threads, s);
+    } else {
+        gated_delta_backward_base(dq, dk, dv, dg, dbeta, dout, q, ldq, k, ldk, v, ldv, g, beta, chunk_states,
+                                  workspace, threads, s);
     }
 }
 #endif

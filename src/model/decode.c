@@ -1,10 +1,14 @@
-/* decode.c: incremental generation with a KV cache for one sequence. New
- * tokens at positions pos.. are run through the blocks in chunks of
- * dec_rows rows; their keys and values are appended to the cache and their
- * queries attend to every cached position up to their own (causal), so the
- * prefix is never recomputed. */
+/* decode.c: incremental generation for one sequence. New tokens at
+ * positions pos.. are run through the blocks in chunks of dec_rows rows. An
+ * attention block appends their keys and values to its KV cache and lets
+ * their queries attend to every cached position up to their own (causal),
+ * so the prefix is never recomputed. A Gated DeltaNet block (Qwen3.5)
+ * carries its last K-1 conv inputs and its recurrent state instead: a
+ * multi-token chunk goes through the chunked rule from that state, a single
+ * token through the plain recurrence (block_gdn.c). */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
+#include "kernels/rope_partial.h"
 #include "base/error.h"
 #include <math.h>
 #include <string.h>
@@ -30,7 +34,10 @@ static void cached_attention(Model *m, float *out, const float *q, const float *
                 if (s[j] > mx) mx = s[j];
             }
             double sum = 0;
-            for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
+            for (int j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mx);
+                sum += s[j];
+            }
             float inv = (float)(1.0 / sum);
             float *o = out + (size_t)i * d->QD + (size_t)h * D;
             for (int e = 0; e < D; e++) o[e] = 0;
@@ -47,7 +54,16 @@ static void add_inplace(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-static void decode_block(Model *m, int l, const float *x, float *x_out, int rows, int p0) {
+static void rope_rows(const Model *m, float *x, int rows, int H, int p0) {
+    const Dims *d = &m->d;
+    size_t half = (size_t)d->rd / 2;
+    const float *c = m->rope_cos + (size_t)p0 * half, *s = m->rope_sin + (size_t)p0 * half;
+    if (d->rd == d->D) rope_forward(x, c, s, 1, rows, H, d->D);
+    else rope_partial_forward(x, c, s, 1, rows, H, d->D, d->rd);
+}
+
+/* The attention half of block l for rows new positions from p0: x -> a->x_mid. */
+static void decode_attention(Model *m, int l, const float *x, int rows, int p0) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[l];
     const BlockActs *a = &m->dec;
@@ -55,29 +71,41 @@ static void decode_block(Model *m, int l, const float *x, float *x_out, int rows
     rmsnorm_forward(a->ln1, a->rstd1, x, bp->ln1, eps, rows, d->C);
     const uint16_t *ln1_16 = proj_shared_input(bp, PROJ_Q, PROJ_V, a->ln1, rows, d->C);
     float *q = d->qk_norm ? a->q_pre : a->q, *k = d->qk_norm ? a->k_pre : a->k;
-    proj_forward(m, bp, l, PROJ_Q, q, a->ln1, ln1_16, a->xa[PROJ_Q], rows, false);
+    if (d->attn_gate) {
+        proj_forward(m, bp, l, PROJ_Q, a->qg, a->ln1, ln1_16, a->xa[PROJ_Q], rows, false);
+        for (int i = 0; i < rows * d->H; i++) {
+            memcpy(q + (size_t)i * d->D, a->qg + (size_t)i * 2 * d->D, (size_t)d->D * sizeof(float));
+            memcpy(a->agate + (size_t)i * d->D, a->qg + (size_t)i * 2 * d->D + d->D, (size_t)d->D * sizeof(float));
+        }
+    } else {
+        proj_forward(m, bp, l, PROJ_Q, q, a->ln1, ln1_16, a->xa[PROJ_Q], rows, false);
+    }
     proj_forward(m, bp, l, PROJ_K, k, a->ln1, ln1_16, a->xa[PROJ_K], rows, false);
     proj_forward(m, bp, l, PROJ_V, a->v, a->ln1, ln1_16, a->xa[PROJ_V], rows, false);
     if (d->qk_norm) {
         rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, eps, rows * d->H, d->D);
         rmsnorm_forward(a->k, a->k_rstd, a->k_pre, bp->kn, eps, rows * d->KVH, d->D);
     }
-    size_t half = (size_t)d->D / 2;
-    rope_forward(a->q, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, rows, d->H, d->D);
-    rope_forward(a->k, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, rows, d->KVH, d->D);
-    float *kc = m->kcache + (size_t)l * d->kv_T * d->KVD, *vc = m->vcache + (size_t)l * d->kv_T * d->KVD;
+    rope_rows(m, a->q, rows, d->H, p0);
+    rope_rows(m, a->k, rows, d->KVH, p0);
+    size_t slot = (size_t)m->cache_slot[l];
+    float *kc = m->kcache + slot * d->kv_T * d->KVD, *vc = m->vcache + slot * d->kv_T * d->KVD;
     memcpy(kc + (size_t)p0 * d->KVD, a->k, (size_t)rows * d->KVD * sizeof(float));
     memcpy(vc + (size_t)p0 * d->KVD, a->v, (size_t)rows * d->KVD * sizeof(float));
     cached_attention(m, a->att, a->q, kc, vc, rows, p0);
-    proj_forward(m, bp, l, PROJ_O, a->x_mid, a->att, NULL, a->xa[PROJ_O], rows, false);
+    const float *o_in = a->att;
+    if (d->attn_gate) {
+        for (size_t i = 0; i < (size_t)rows * d->QD; i++) a->ag[i] = a->att[i] / (1.0f + expf(-a->agate[i]));
+        o_in = a->ag;
+    }
+    proj_forward(m, bp, l, PROJ_O, a->x_mid, o_in, NULL, a->xa[PROJ_O], rows, false);
     add_inplace(a->x_mid, x, (size_t)rows * d->C);
-    rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, rows, d->C);
-    const uint16_t *ln2_16 = proj_shared_input(bp, PROJ_GATE, PROJ_UP, a->ln2, rows, d->C);
-    proj_forward(m, bp, l, PROJ_GATE, a->gate, a->ln2, ln2_16, a->xa[PROJ_GATE], rows, false);
-    proj_forward(m, bp, l, PROJ_UP, a->up, a->ln2, ln2_16, a->xa[PROJ_UP], rows, false);
-    swiglu_forward(a->act, a->gate, a->up, (size_t)rows * d->F);
-    proj_forward(m, bp, l, PROJ_DOWN, x_out, a->act, NULL, a->xa[PROJ_DOWN], rows, false);
-    add_inplace(x_out, a->x_mid, (size_t)rows * d->C);
+}
+
+static void decode_block(Model *m, int l, const float *x, float *x_out, int rows, int p0) {
+    if (m->blocks[l].gdn) gdn_mixer_decode(m, l, &m->dec, x, rows);
+    else decode_attention(m, l, x, rows, p0);
+    block_mlp_forward(m, l, &m->dec, x_out, rows, false);
 }
 
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits) {
@@ -90,12 +118,20 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
         return error_set("model: %d positions exceed the KV cache of %d tokens", pos + n, d->kv_T);
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0) return error_set("token id %d is negative at position %d", tokens[i], pos + i);
-        if (tokens[i] >= d->V) return error_set("token id %d >= vocab size %d at position %d", tokens[i], d->V, pos + i);
+        if (tokens[i] >= d->V)
+            return error_set("token id %d >= vocab size %d at position %d", tokens[i], d->V, pos + i);
     }
     model_bind_scratch(m);
     bool drop = m->d.dropout;
     m->d.dropout = false;
     if (pos == 0 || !m->dora_fresh) dora_update_norms(m);
+    if (pos == 0) norms_refresh(m);
+    if (pos == 0 && d->n_gdn) {
+        /* a new sequence: Gated DeltaNet layers start from zero states */
+        const GdnDims *g = &d->g;
+        memset(m->conv_state, 0, (size_t)d->n_gdn * (g->K - 1) * g->CC * sizeof(float));
+        memset(m->rec_state, 0, (size_t)d->n_gdn * g->Hv * g->Dk * g->Dv * sizeof(float));
+    }
     float *x = m->dec_x, *y = m->dec_x2;
     int rows = 0;
     for (int c0 = 0; c0 < n; c0 += d->dec_rows) {
@@ -103,7 +139,9 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
         fw_gather_rows(x, (const int *)tokens + c0, rows, &m->embed);
         for (int l = 0; l < d->L; l++) {
             decode_block(m, l, x, y, rows, pos + c0);
-            float *t = x; x = y; y = t;
+            float *t = x;
+            x = y;
+            y = t;
         }
     }
     m->dec_len = pos + n;

@@ -8,6 +8,7 @@
 #include "base/fileio.h"
 #include "formats/hf_config.h"
 #include "formats/mlx_quant.h"
+#include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/dequant.h"
 #include "kernels/frozen_weight.h"
@@ -16,6 +17,30 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Where a model's layers are, by file: its weights (the text prefix), its
+ * adapters (MLX-LM's module path) and PEFT's keys (transformers' path).
+ * "model." for every family but Qwen3.5. */
+typedef struct {
+    char file[32], adapter[32], peft[64];
+    bool q35;
+} Prefixes;
+
+static int load_prefixes(const char *model_dir, const StModel *st, Prefixes *p) {
+    ModelConfig *c = mem_alloc(sizeof *c);
+    char *cfg_path = path_join(model_dir, "config.json");
+    int rc = c && cfg_path ? hf_config_load(c, cfg_path) : -1;
+    mem_free(cfg_path);
+    if (rc == 0 && st) rc = model_tensors_resolve(c, st);
+    if (rc == 0) {
+        snprintf(p->file, sizeof p->file, "%s", model_file_prefix(c));
+        snprintf(p->adapter, sizeof p->adapter, "%s", model_adapter_prefix(c));
+        snprintf(p->peft, sizeof p->peft, "base_model.model.%s", c->q35.on ? c->q35.hf_prefix : "model.");
+        p->q35 = c->q35.on;
+    }
+    mem_free(c);
+    return rc;
+}
 
 int adapter_config_load(AdapterConfig *ac, const char *adapter_dir) {
     memset(ac, 0, sizeof *ac);
@@ -57,9 +82,13 @@ typedef struct {
     int layer, proj;
 } WeightAdapter;
 
-static int parse_layer_proj(const char *name, int *layer, int *proj, const char **rest) {
+/* "<prefix>layers.N.<key>.<rest>" -> N, the PROJ_* of key, rest. */
+static int parse_layer_proj(const char *name, const char *prefix, int *layer, int *proj, const char **rest) {
     int i, n = 0;
-    if (sscanf(name, "model.layers.%d.%n", &i, &n) != 1 || n == 0) return -1;
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl)) return -1;
+    name += pl;
+    if (sscanf(name, "layers.%d.%n", &i, &n) != 1 || n == 0) return -1;
     for (int p = 0; p < PROJ_COUNT; p++) {
         size_t k = strlen(PROJ_KEYS[p]);
         if (!strncmp(name + n, PROJ_KEYS[p], k) && name[n + k] == '.') { *layer = i; *proj = p; *rest = name + n + k + 1; return 0; }
@@ -67,18 +96,20 @@ static int parse_layer_proj(const char *name, int *layer, int *proj, const char 
     return -1;
 }
 
-static int find_adapter(const StFile *ad, const AdapterConfig *ac, const char *weight_name, WeightAdapter *wa) {
+static int find_adapter(const StFile *ad, const AdapterConfig *ac, const Prefixes *px, const char *weight_name,
+                        WeightAdapter *wa) {
     memset(wa, 0, sizeof *wa);
     wa->layer = wa->proj = -1;
     if (ac->type == TUNE_FULL) { wa->full = st_find(ad, weight_name); return 0; }
     const char *rest;
-    if (parse_layer_proj(weight_name, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0) return 0;
+    if (parse_layer_proj(weight_name, px->file, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0)
+        return 0;
     char key[256];
-    snprintf(key, sizeof key, "model.layers.%d.%s.lora_a", wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", px->adapter, wa->layer, PROJ_KEYS[wa->proj]);
     wa->a = st_find(ad, key);
-    snprintf(key, sizeof key, "model.layers.%d.%s.lora_b", wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", px->adapter, wa->layer, PROJ_KEYS[wa->proj]);
     wa->b = st_find(ad, key);
-    snprintf(key, sizeof key, "model.layers.%d.%s.m", wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.m", px->adapter, wa->layer, PROJ_KEYS[wa->proj]);
     wa->m = st_find(ad, key);
     if (!wa->a != !wa->b) return error_set("%s/adapters.safetensors: %s has only one of lora_a and lora_b", ad->path, weight_name);
     return 0;
@@ -238,12 +269,14 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     size_t n_total = 0, used_adapters = 0, n_adapter_tensors = 0;
     int rc = -1;
     if (max_shard_bytes == 0) max_shard_bytes = 5000000000ull;
+    Prefixes px;
     if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
     char *cfg_path = path_join(model_dir, "config.json");
     int qrc = cfg_path ? quant_config_load(&qc, cfg_path) : -1;
     mem_free(cfg_path);
     if (qrc < 0) goto out;
     if (st_model_open(&base, model_dir, false) < 0) goto out;
+    if (load_prefixes(model_dir, &base, &px) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     for (size_t f = 0; f < base.n_files; f++) n_total += base.files[f].n_tensors;
     wt = mem_calloc(n_total + 1, sizeof *wt);
@@ -255,7 +288,7 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         for (size_t i = 0; i < base.files[f].n_tensors; i++) {
             const StTensor *t = &base.files[f].tensors[i];
             WeightAdapter wa;
-            if (find_adapter(&ad, &ac, t->name, &wa) < 0) goto out;
+            if (find_adapter(&ad, &ac, &px, t->name, &wa) < 0) goto out;
             char stem[220];
             snprintf(stem, sizeof stem, "%.*s", (int)strlen(t->name) - 7, t->name);
             QuantParams qp;
@@ -334,9 +367,10 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
             if (ac.type == TUNE_FULL) found = st_model_find(&base, nm) != NULL;
             else {
                 int layer, proj; const char *rest;
-                if (parse_layer_proj(nm, &layer, &proj, &rest) == 0 && (!strcmp(rest, "lora_a") || !strcmp(rest, "lora_b") || !strcmp(rest, "m"))) {
+                if (parse_layer_proj(nm, px.adapter, &layer, &proj, &rest) == 0 &&
+                    (!strcmp(rest, "lora_a") || !strcmp(rest, "lora_b") || !strcmp(rest, "m"))) {
                     char wname[256];
-                    snprintf(wname, sizeof wname, "model.layers.%d.%s.weight", layer, PROJ_KEYS[proj]);
+                    snprintf(wname, sizeof wname, "%slayers.%d.%s.weight", px.file, layer, PROJ_KEYS[proj]);
                     found = st_model_find(&base, wname) != NULL;
                 }
             }
@@ -409,7 +443,8 @@ out:
  * transposed copies in PEFT's layout: A^T (r, in) and B^T (out, r). */
 typedef struct { int layer, proj; int64_t in, out; float *a_t, *b_t; const float *m; } LoraPair;
 
-static int collect_pairs(const StFile *ad, const AdapterConfig *ac, LoraPair **out, size_t *n_out, unsigned *proj_mask) {
+static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const Prefixes *px, LoraPair **out,
+                         size_t *n_out, unsigned *proj_mask) {
     *out = NULL; *n_out = 0; *proj_mask = 0;
     if (ac->type == TUNE_FULL) return error_set("%s: a full fine-tune has no LoRA adapter to export; use lmtune fuse", ad->path);
     LoraPair *pairs = mem_calloc(ad->n_tensors + 1, sizeof *pairs);
@@ -419,11 +454,11 @@ static int collect_pairs(const StFile *ad, const AdapterConfig *ac, LoraPair **o
         bool any_layer = false;
         for (int p = 0; p < PROJ_COUNT; p++) {
             char key[256];
-            snprintf(key, sizeof key, "model.layers.%d.%s.lora_a", layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", px->adapter, layer, PROJ_KEYS[p]);
             const StTensor *a = st_find(ad, key);
-            snprintf(key, sizeof key, "model.layers.%d.%s.lora_b", layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", px->adapter, layer, PROJ_KEYS[p]);
             const StTensor *b = st_find(ad, key);
-            snprintf(key, sizeof key, "model.layers.%d.%s.m", layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.m", px->adapter, layer, PROJ_KEYS[p]);
             const StTensor *m = st_find(ad, key);
             if (!a && !b) continue;
             any_layer = true;
@@ -458,8 +493,12 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     LoraPair *pairs = NULL; size_t n = 0; unsigned mask;
     StWriteTensor *wt = NULL; char (*names)[160] = NULL;
     int rc = -1;
+    Prefixes px;
+    StModel base = {0};
     if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
-    if (collect_pairs(&ad, &ac, &pairs, &n, &mask) < 0) goto out;
+    if (st_model_open(&base, model_dir, true) < 0) goto out;
+    if (load_prefixes(model_dir, &base, &px) < 0) goto out;
+    if (collect_pairs(&ad, &ac, &px, &pairs, &n, &mask) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     wt = mem_calloc(3 * n + 1, sizeof *wt);
     names = mem_calloc(3 * n + 1, sizeof *names);
@@ -467,12 +506,13 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const LoraPair *p = &pairs[i];
-        snprintf(names[k], sizeof names[k], "base_model.model.model.layers.%d.%s.lora_A.weight", p->layer, PROJ_KEYS[p->proj]);
+        snprintf(names[k], sizeof names[k], "%slayers.%d.%s.lora_A.weight", px.peft, p->layer, PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {ac.rank, p->in}, p->a_t}; k++;
-        snprintf(names[k], sizeof names[k], "base_model.model.model.layers.%d.%s.lora_B.weight", p->layer, PROJ_KEYS[p->proj]);
+        snprintf(names[k], sizeof names[k], "%slayers.%d.%s.lora_B.weight", px.peft, p->layer, PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {p->out, ac.rank}, p->b_t}; k++;
         if (p->m) {
-            snprintf(names[k], sizeof names[k], "base_model.model.model.layers.%d.%s.lora_magnitude_vector", p->layer, PROJ_KEYS[p->proj]);
+            snprintf(names[k], sizeof names[k], "%slayers.%d.%s.lora_magnitude_vector", px.peft, p->layer,
+                     PROJ_KEYS[p->proj]);
             wt[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {p->out}, p->m}; k++;
         }
     }
@@ -511,5 +551,6 @@ out:
     mem_free(wt); mem_free(names);
     free_pairs(pairs, n);
     st_close(&ad);
+    st_model_close(&base);
     return rc;
 }

@@ -22,10 +22,19 @@
 
 typedef enum { TUNE_LORA = 0, TUNE_DORA, TUNE_FULL, TUNE_NONE } TuneType;
 
-/* The seven linear projections of a block, in MLX-LM key order. */
-enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, PROJ_COUNT };
-extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "mlp.down_proj" */
+/* The linear projections a block can have, in MLX-LM key order: the seven
+ * of an attention block, then the five of Qwen3.5's Gated DeltaNet block
+ * (which has the same MLP). A block uses its kind's subset. */
+enum {
+    PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN,
+    PROJ_LQKV, PROJ_LZ, PROJ_LB, PROJ_LA, PROJ_LOUT, PROJ_COUNT
+};
+extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "linear_attn.out_proj" */
 #define PROJ_ALL ((1u << PROJ_COUNT) - 1)
+#define PROJ_MLP ((1u << PROJ_GATE) | (1u << PROJ_UP) | (1u << PROJ_DOWN))
+#define PROJ_ATTN_BLOCK ((1u << PROJ_Q) | (1u << PROJ_K) | (1u << PROJ_V) | (1u << PROJ_O) | PROJ_MLP)
+#define PROJ_GDN_BLOCK ((1u << PROJ_LQKV) | (1u << PROJ_LZ) | (1u << PROJ_LB) | (1u << PROJ_LA) | \
+                        (1u << PROJ_LOUT) | PROJ_MLP)
 
 typedef struct {
     TuneType type;          /* TUNE_NONE: inference only (eval without adapter, generate) */
@@ -46,6 +55,7 @@ typedef struct {
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
+    int gdn_chunk;          /* Gated DeltaNet chunk size (0 = 64) */
 } ModelSpec;
 
 

@@ -117,7 +117,7 @@ int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig
         char module[160];
         int rows;
         int cols;
-        weights_matrix(&d, k, module, sizeof module, &rows, &cols);
+        if (!weights_matrix(cfg, &d, k, module, sizeof module, &rows, &cols)) continue;
         FrozenWeight w;
         TRY(gguf_weights_view(g, a, module, rows, cols, NULL, compute, &w));
         size_t bytes = fw_storage_bytes(&w);

@@ -11,6 +11,14 @@
 #include "kernels/frozen_weight.h"
 #include "formats/gguf_arch.h"
 
+/* Gated DeltaNet dimensions (Qwen3.5's linear-attention blocks). */
+typedef struct {
+    int Hk, Hv, Dk, Dv, K;  /* key heads, value heads, head dims, conv kernel */
+    int Kd, Vd, CC;         /* Hk Dk, Hv Dv, conv channels 2 Kd + Vd */
+    int chunk, nchunk;      /* chunk size, chunks of the widest row */
+    int threads;            /* OpenMP threads the chunk workspace is carved for */
+} GdnDims;
+
 /* Dimensions of a run (maxima over the micro-batches the spec allows). */
 typedef struct {
     int C, F, L, H, KVH, D, V;
@@ -26,6 +34,12 @@ typedef struct {
     bool train;           /* gradients and saved activations exist */
     bool dropout;         /* training with lora_dropout > 0 */
     bool qk_norm, bias;
+    bool q35;             /* Qwen3.5: gated attention and Gated DeltaNet blocks */
+    bool attn_gate;       /* q_proj also gives the attention output's gate: (N, 2 QD) */
+    int rd;               /* dims of a head RoPE rotates (D unless partial rotary) */
+    float norm_off;       /* stored RMSNorm weights are used as w + norm_off (1: zero-centred) */
+    int n_gdn, n_attn;    /* Qwen3.5: blocks of each kind */
+    GdnDims g;
     DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
     DType run_dtype;      /* dtype of the frozen products (spec.weight_dtype) */
     bool convert;         /* frozen matrices are converted into the arena (F32/F16 file, bf16 products) */
@@ -39,6 +53,9 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
 /* in/out features of projection p. */
 void proj_shape(const Dims *d, int p, int *in, int *out);
+/* The projections of block l (PROJ_ATTN_BLOCK or PROJ_GDN_BLOCK). */
+unsigned layer_projs(const ModelConfig *cfg, int l);
+static inline bool layer_gdn(const ModelConfig *cfg, int l) { return cfg->q35.on && cfg->q35.linear[l]; }
 
 /* Parameters of one block: what forward and backward read. Gradient
  * pointers are NULL when the tensor is frozen. */
@@ -54,6 +71,15 @@ typedef struct {
     float *wnorm2[PROJ_COUNT];  /* DoRA: ||W row||^2 of the base (out), fixed */
     float *dnorm[PROJ_COUNT];   /* DoRA: ||W + scale (AB)^T|| rows (out), per step */
     unsigned adapted;           /* bitmask of LoRA/DoRA projections */
+    unsigned projs;             /* bitmask of the block's projections */
+    bool gdn;                   /* a Gated DeltaNet block (Qwen3.5) */
+    float *conv_w, *dconv_w;    /* GDN: conv1d (CC, K) */
+    float *A_log, *dA_log;      /* GDN: (Hv) */
+    float *dt_bias, *ddt_bias;  /* GDN: (Hv) */
+    float *gnorm, *dgnorm;      /* GDN: gated RMSNorm weight (Dv), used as stored */
+    /* full fine-tuning of zero-centred norms: ln1/ln2/qn/kn point at w + 1,
+     * rebuilt from these trainable values before every pass (norms_refresh) */
+    const float *ln1_w, *ln2_w, *qn_w, *kn_w;
 } BlockParams;
 
 /* One block's activations ((N, .) rows; x_in points at the block's input). */
@@ -68,7 +94,20 @@ typedef struct {
     float *ln2, *rstd2;       /* (N, C), (N) */
     float *gate, *up, *act;   /* (N, F) */
     float *xa[PROJ_COUNT];    /* (N, r): dropout(x) @ A of adapted projections */
-    bool transient;           /* ln1, ln2, act are shared: rebuild them in backward */
+    bool transient;           /* ln1, ln2, act (and the GDN and gate
+                                 intermediates below) are shared: rebuild them in backward */
+    /* Qwen3.5 gated attention */
+    float *agate;             /* (N, QD) the output gate, before the sigmoid */
+    float *qg;                /* (N, 2 QD) q_proj output (shared) */
+    float *ag;                /* (N, QD) att * sigmoid(agate): o_proj's input (shared) */
+    /* Gated DeltaNet */
+    float *qkv, *z, *ga, *gb; /* (N, CC), (N, Vd), (N, Hv) x 2: in_proj_{qkv,z,a,b} outputs */
+    float *core, *grstd;      /* (N, Vd) the gated delta rule's output, (N * Hv) gated-norm rstd */
+    float *states;            /* (B, Hv, nchunk, Dk, Dv) the state at each chunk's start */
+    float *conv;              /* (N, CC) conv1d + SiLU (shared) */
+    float *qn, *kn, *qr, *kr; /* (N, Kd) x 2 normalised q, k; (N * Hk) x 2 their 1/norms (shared) */
+    float *g, *beta;          /* (N, Hv) x 2 log decay and beta (shared) */
+    float *gy;                /* (N, Vd) gated norm output: out_proj's input (shared) */
 } BlockActs;
 
 /* Activation gradients of the block in flight, reused by every block. */
@@ -82,6 +121,12 @@ typedef struct {
     float *dat;               /* (r, max in) LoRA dA^T, see proj_backward */
     float *ylin;              /* DoRA: (N, max out) unscaled output */
     float *attn_ws;           /* attention workspace */
+    float *dqg, *dagate;      /* gated attention: (N, 2 QD), (N, QD) */
+    float *dqkv, *dconv;      /* GDN: (N, CC) x 2 */
+    float *dqn, *dkn;         /* GDN: (N, Kd) x 2 */
+    float *dcore, *dz, *dgy;  /* GDN: (N, Vd) x 3 */
+    float *dg, *dbeta, *dga, *dgb; /* GDN: (N, Hv) x 4 */
+    float *gdn_ws;            /* GDN chunk workspace (gdn_workspace_floats, backward) */
 } Scratch;
 
 /* Shared by forward and backward of LoRA/DoRA. */
@@ -113,7 +158,8 @@ struct Model {
     float *train_values, *train_grads; /* one arena block each */
     size_t train_floats;
 
-    float *rope_cos, *rope_sin;  /* (rope_T, D/2) */
+    float *rope_cos, *rope_sin;  /* (rope_T, rd/2) */
+    float *norm_eff;          /* full fine-tuning of zero-centred norms: the w + 1 copies */
     float *resid[2];          /* (N, C) ping-pong */
     BlockActs *acts;          /* (n_train) without checkpointing */
     float **ckpt;             /* (n_train) block inputs with checkpointing */
@@ -130,7 +176,11 @@ struct Model {
     size_t panel_scratch_bytes;
 
     /* KV cache */
-    float *kcache, *vcache;   /* (L, kv_T, KVD) */
+    float *kcache, *vcache;   /* (attention layers, kv_T, KVD) */
+    int *cache_slot;          /* (L) heap: layer -> its KV cache or GDN state slot */
+    float *conv_state;        /* GDN layers: (n_gdn, K-1, CC) the last K-1 conv inputs */
+    float *rec_state;         /* GDN layers: (n_gdn, Hv, Dk, Dv) the recurrent state */
+    float *dec_gdn_ws;        /* GDN chunk workspace of a multi-token decode step */
     BlockActs dec;            /* (dec_rows) workspace */
     float *dec_x, *dec_x2, *dec_scores; /* (dec_rows, C) x2, (H, kv_T) */
     int dec_len;              /* positions filled */
@@ -141,9 +191,10 @@ struct Model {
 };
 
 /* model_weights.c: matrix k of the model (0 embedding, 1 LM head, then
- * PROJ_COUNT per block): module path and (rows, cols). */
+ * PROJ_COUNT per block): module path in the files and (rows, cols). */
 int weights_matrix_count(const Dims *d);
-void weights_matrix(const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
+/* false: block k's layer has no such projection (Qwen3.5's two block kinds). */
+bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
 /* The stored matrix of `module` as a FrozenWeight (into st's mapping),
  * multiplied in the compute type weights_compute gives for products of
  * dtype run. */
@@ -189,6 +240,20 @@ void dora_update_norms(Model *m);
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,
                    int B, int T, bool recompute);
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T);
+/* The MLP half of a block: x_out = x_mid + down(silu(gate(ln2)) up(ln2)), and
+ * its backward (m->sc.dres from d(x_out) to d(x_mid)). */
+void block_mlp_forward(Model *m, int layer, const BlockActs *a, float *x_out, int N, bool recompute);
+void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N);
+/* Rebuilds the w + 1 copies of trainable zero-centred norms. */
+void norms_refresh(Model *m);
+
+/* block_gdn.c: the Gated DeltaNet token mixer of block l, x_in -> x_mid
+ * (forward) and m->sc.dres from d(x_mid) to d(x_in) (backward). */
+void gdn_mixer_forward(Model *m, int layer, const BlockActs *a, int B, int T);
+void gdn_mixer_backward(Model *m, int layer, const BlockActs *a, int B, int T);
+/* One decode chunk of `rows` positions of a single sequence through the
+ * mixer of GDN layer l, carrying its conv and recurrent state. */
+void gdn_mixer_decode(Model *m, int layer, const BlockActs *a, const float *x, int rows);
 /* model.c */
 void model_bind_scratch(Model *m);
 #endif

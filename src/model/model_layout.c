@@ -4,21 +4,70 @@
  * always live together (one block's activations, the backward scratch) are
  * one carve each, split into 64-byte aligned pieces, so the plan stays short
  * and readable. Also model_plan_weights: the weights used in place from the
- * mapped file, noted outside the arena. */
+ * mapped file, noted outside the arena.
+ *
+ * Block kinds (Qwen3.5): an attention block and a Gated DeltaNet block carve
+ * only their own buffers; the sets shared by every block (the recompute
+ * set, the forward workspace, the backward scratch, decode) hold what either
+ * kind needs. A Gated DeltaNet block keeps its projections' outputs, the
+ * rule's output and one (Dk, Dv) state per chunk and head: every entry grows
+ * linearly with the tokens of a batch (plus the chunk workspace, which
+ * depends only on the thread count). */
 #include "model/model_internal.h"
+#include "kernels/gated_delta.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 const char *const PROJ_KEYS[PROJ_COUNT] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
+    "linear_attn.out_proj",
 };
 
+size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats);
+void bind_trainables(Model *m);
+
 static int imax(int a, int b) { return a > b ? a : b; }
+
+unsigned layer_projs(const ModelConfig *cfg, int l) {
+    return layer_gdn(cfg, l) ? PROJ_GDN_BLOCK : PROJ_ATTN_BLOCK;
+}
+
+static int dims_gdn(Dims *d, const ModelConfig *cfg, const ModelSpec *spec) {
+    const Qwen35Config *q = &cfg->q35;
+    d->q35 = true;
+    d->attn_gate = true;
+    d->rd = q->rotary_dim;
+    d->norm_off = q->layout == Q35_LAYOUT_HF ? 1.0f : 0.0f;
+    /* counted here, not taken from q->n_linear: a preset or a cut model may not have it */
+    d->n_gdn = 0;
+    for (int l = 0; l < d->L && l < Q35_MAX_LAYERS; l++) d->n_gdn += q->linear[l] != 0;
+    d->n_attn = d->L - d->n_gdn;
+    GdnDims *g = &d->g;
+    g->Hk = q->k_heads;
+    g->Hv = q->v_heads;
+    g->Dk = q->k_dim;
+    g->Dv = q->v_dim;
+    g->K = q->conv_kernel;
+    g->Kd = g->Hk * g->Dk;
+    g->Vd = g->Hv * g->Dv;
+    g->CC = 2 * g->Kd + g->Vd;
+    if (g->Hk <= 0 || g->Hv % g->Hk || g->K < 1 || g->K > 16 || d->rd < 2 || d->rd > d->D || d->rd % 2)
+        return error_set("model: inconsistent Qwen3.5 dimensions (load config.json with hf_config_load)");
+    if (spec->gdn_chunk < 0 || spec->gdn_chunk > 1024)
+        return error_set("model: Gated DeltaNet chunk %d not in [1, 1024]", spec->gdn_chunk);
+    g->chunk = spec->gdn_chunk > 0 ? spec->gdn_chunk : 64;
+    g->nchunk = d->T > 0 ? (d->T + g->chunk - 1) / g->chunk : 0;
+    g->threads = omp_get_max_threads();
+    return 0;
+}
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype) {
     memset(d, 0, sizeof *d);
@@ -31,12 +80,15 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (d->D % 2) return error_set("model: head_dim %d is odd (RoPE needs pairs)", d->D);
     d->QD = d->H * d->D; d->KVD = d->KVH * d->D;
     d->qk_norm = cfg->qk_norm; d->bias = cfg->attention_bias;
+    d->rd = d->D;
     if (spec->max_rows < 0 || spec->max_tokens < 0 || spec->kv_cache_tokens < 0)
         return error_set("model: negative batch shape");
     d->B = spec->max_rows; d->T = spec->max_tokens;
     size_t n = (size_t)d->B * (size_t)d->T;
     if (n > (1u << 30)) return error_set("model: batch of %zu tokens is too large", n);
     d->N = (int)n;
+    if (cfg->q35.on) TRY(dims_gdn(d, cfg, spec));
+    else d->n_attn = d->L;
     bool tuned = spec->type != TUNE_NONE;
     int nl = spec->num_layers;
     if (tuned) {
@@ -49,7 +101,9 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     d->n_train = d->L - d->lo;
     if (spec->type == TUNE_LORA || spec->type == TUNE_DORA) {
         if (spec->lora_rank <= 0) return error_set("model: LoRA rank must be positive (got %d)", spec->lora_rank);
-        if ((spec->lora_keys & PROJ_ALL) == 0) return error_set("model: no LoRA keys selected");
+        unsigned have = 0;
+        for (int l = d->lo; l < d->L; l++) have |= layer_projs(cfg, l);
+        if ((spec->lora_keys & have) == 0) return error_set("model: no LoRA keys selected");
         d->r = spec->lora_rank;
     }
     d->train = tuned && spec->training;
@@ -106,12 +160,33 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
 }
 
 void proj_shape(const Dims *d, int p, int *in, int *out) {
+    /* inputs: the hidden size, but o_proj (attention heads), down (F), out_proj (value heads) */
+    *in = p == PROJ_O ? d->QD : p == PROJ_DOWN ? d->F : p == PROJ_LOUT ? d->g.Vd : d->C;
     switch (p) {
-    case PROJ_Q: *in = d->C; *out = d->QD; break;
-    case PROJ_K: case PROJ_V: *in = d->C; *out = d->KVD; break;
-    case PROJ_O: *in = d->QD; *out = d->C; break;
-    case PROJ_GATE: case PROJ_UP: *in = d->C; *out = d->F; break;
-    default: *in = d->F; *out = d->C; break;
+    case PROJ_Q:
+        *out = d->attn_gate ? 2 * d->QD : d->QD;
+        break;
+    case PROJ_K:
+    case PROJ_V:
+        *out = d->KVD;
+        break;
+    case PROJ_GATE:
+    case PROJ_UP:
+        *out = d->F;
+        break;
+    case PROJ_LQKV:
+        *out = d->g.CC;
+        break;
+    case PROJ_LZ:
+        *out = d->g.Vd;
+        break;
+    case PROJ_LB:
+    case PROJ_LA:
+        *out = d->g.Hv;
+        break;
+    default:          /* o_proj, down_proj, out_proj */
+        *out = d->C;
+        break;
     }
 }
 
@@ -126,25 +201,47 @@ static float *sub_f(Sub *s, size_t count) {
 static bool block_full(const Model *m, int l) { return m->spec.type == TUNE_FULL && l >= m->d.lo; }
 static unsigned block_adapted(const Model *m, int l) {
     if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
-    return m->spec.lora_keys & PROJ_ALL;
+    return m->spec.lora_keys & layer_projs(&m->cfg, l);
 }
+
+/* Which block kinds a shared activation set serves. */
+enum { KIND_ATTN = 1, KIND_GDN = 2 };
 
 /* One block's activation set. full: a training set (x_in is not carved here;
  * every adapted projection keeps its own x@A); otherwise a forward workspace
- * whose projections share one x@A scratch. */
+ * whose projections share one x@A scratch. kinds: the block kinds it serves.
+ * transient: ln1, ln2, act and the intermediates rebuilt in backward are
+ * not carved here (shared_split points them into the shared region). */
 static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bool own_xa, int rows, int B,
-                       bool transient) {
+                       bool transient, int kinds) {
     size_t N = (size_t)rows;
     a->transient = transient;
     if (!transient) a->ln1 = sub_f(s, N * d->C);
     a->rstd1 = sub_f(s, N);
-    if (d->qk_norm) {
-        a->q_pre = sub_f(s, N * d->QD); a->k_pre = sub_f(s, N * d->KVD);
-        a->q_rstd = sub_f(s, N * d->H); a->k_rstd = sub_f(s, N * d->KVH);
+    if (kinds & KIND_ATTN) {
+        if (d->qk_norm) {
+            a->q_pre = sub_f(s, N * d->QD);
+            a->k_pre = sub_f(s, N * d->KVD);
+            a->q_rstd = sub_f(s, N * d->H);
+            a->k_rstd = sub_f(s, N * d->KVH);
+        }
+        a->q = sub_f(s, N * d->QD);
+        a->k = sub_f(s, N * d->KVD);
+        a->v = sub_f(s, N * d->KVD);
+        a->att = sub_f(s, N * d->QD);
+        a->lse = sub_f(s, B > 0 ? N * d->H : 0);   /* decode (B = 0) keeps no log-sum-exp */
+        if (d->attn_gate) a->agate = sub_f(s, N * d->QD);
     }
-    a->q = sub_f(s, N * d->QD); a->k = sub_f(s, N * d->KVD); a->v = sub_f(s, N * d->KVD);
-    a->att = sub_f(s, N * d->QD);
-    a->lse = sub_f(s, B > 0 ? N * d->H : 0);   /* decode (B = 0) keeps no log-sum-exp */
+    if (kinds & KIND_GDN) {
+        const GdnDims *g = &d->g;
+        a->qkv = sub_f(s, N * g->CC);
+        a->z = sub_f(s, N * g->Vd);
+        a->ga = sub_f(s, N * g->Hv);
+        a->gb = sub_f(s, N * g->Hv);
+        a->core = sub_f(s, N * g->Vd);
+        a->grstd = sub_f(s, N * g->Hv);
+        if (B > 0) a->states = sub_f(s, (size_t)B * g->Hv * g->nchunk * g->Dk * g->Dv);
+    }
     a->x_mid = sub_f(s, N * d->C);
     if (!transient) a->ln2 = sub_f(s, N * d->C);
     a->rstd2 = sub_f(s, N);
@@ -156,125 +253,128 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
         a->xa[p] = (adapted >> p & 1u) ? (own_xa ? sub_f(s, N * d->r) : shared) : NULL;
 }
 
-/* transient: ln1, ln2 and the SwiGLU output are not kept (they are cheap to
- * rebuild from the saved block input, mid residual, rstd, gate and up); they
- * point into `shared`, one (N, 2C + F) region all trainable blocks reuse. */
-static int carve_acts(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a,
-                      unsigned adapted, bool own_xa, int rows, int B, bool transient, float *shared) {
+/* The intermediates every block rebuilds (cheaply) instead of keeping:
+ * norm outputs and the SwiGLU output; Qwen3.5's q_proj output and gated
+ * attention output; the Gated DeltaNet's conv output, normalised q and k,
+ * gates and gated-norm output. One region serves all blocks. */
+static void shared_split(const Dims *d, Sub *s, BlockActs *a, int rows, int kinds) {
+    size_t N = (size_t)rows;
+    a->ln1 = sub_f(s, N * d->C);
+    a->ln2 = sub_f(s, N * d->C);
+    a->act = sub_f(s, N * d->F);
+    if ((kinds & KIND_ATTN) && d->attn_gate) {
+        a->qg = sub_f(s, N * 2 * d->QD);
+        a->ag = sub_f(s, N * d->QD);
+    }
+    if (kinds & KIND_GDN) {
+        const GdnDims *g = &d->g;
+        a->conv = sub_f(s, N * g->CC);
+        a->qn = sub_f(s, N * g->Kd);
+        a->kn = sub_f(s, N * g->Kd);
+        a->qr = sub_f(s, N * g->Hk);
+        a->kr = sub_f(s, N * g->Hk);
+        a->g = sub_f(s, N * g->Hv);
+        a->beta = sub_f(s, N * g->Hv);
+        a->gy = sub_f(s, N * g->Vd);
+    }
+}
+
+/* A set with its own copies of the shared intermediates (recompute set,
+ * forward and decode workspaces): carved as one block. */
+static void acts_split_whole(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bool own_xa, int rows, int B,
+                             int kinds) {
+    acts_split(d, s, a, adapted, own_xa, rows, B, true, kinds);
+    shared_split(d, s, a, rows, kinds);
+    a->transient = false;
+}
+
+static int carve_set(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a, unsigned adapted,
+                     bool own_xa, int rows, int B, int kinds) {
     Sub s = {0};
     BlockActs tmp;
-    acts_split(d, &s, &tmp, adapted, own_xa, rows, B, transient);
+    acts_split_whole(d, &s, &tmp, adapted, own_xa, rows, B, kinds);
     void *base;
     TRY(carve(cv, cls, name, s.off, &base));
     memset(a, 0, sizeof *a);
-    if (base) { Sub s2 = {base, 0}; acts_split(d, &s2, a, adapted, own_xa, rows, B, transient); }
-    if (transient && shared) {
-        size_t N = (size_t)rows;
-        a->transient = true;
-        a->ln1 = shared; a->ln2 = shared + N * d->C; a->act = shared + 2 * N * d->C;
+    if (base) {
+        Sub s2 = {base, 0};
+        acts_split_whole(d, &s2, a, adapted, own_xa, rows, B, kinds);
     }
     return 0;
 }
 
-/* Trainable tensors in their fixed order; list may be NULL (count only). */
-static size_t add_t(TrainableTensor *list, size_t i, size_t *floats, const char *name, int ndim, int64_t a, int64_t b) {
-    if (list) {
-        TrainableTensor *t = &list[i];
-        memset(t, 0, sizeof *t);
-        snprintf(t->name, sizeof t->name, "%s", name);
-        t->ndim = ndim; t->shape[0] = a; t->shape[1] = ndim == 2 ? b : 0;
-        t->numel = (size_t)a * (ndim == 2 ? (size_t)b : 1);
-        /* value/grad hold offsets until the block is carved */
-        t->value = (float *)(uintptr_t)(*floats);
+/* A trainable block's own set; its transient intermediates point into `shared`. */
+static int carve_block_acts(Carver *cv, const char *name, const Dims *d, BlockActs *a, unsigned adapted, int kinds,
+                            const BlockActs *shared) {
+    Sub s = {0};
+    BlockActs tmp;
+    acts_split(d, &s, &tmp, adapted, true, d->N, d->B, true, kinds);
+    void *base;
+    TRY(carve(cv, MEM_ACTIVATIONS, name, s.off, &base));
+    memset(a, 0, sizeof *a);
+    if (base) {
+        Sub s2 = {base, 0};
+        acts_split(d, &s2, a, adapted, true, d->N, d->B, true, kinds);
     }
-    size_t numel = (size_t)a * (ndim == 2 ? (size_t)b : 1);
-    *floats += (numel + 15) / 16 * 16;
-    return i + 1;
+    a->transient = true;
+    a->ln1 = shared->ln1;
+    a->ln2 = shared->ln2;
+    a->act = shared->act;
+    a->qg = shared->qg;
+    a->ag = shared->ag;
+    a->conv = shared->conv;
+    a->qn = shared->qn;
+    a->kn = shared->kn;
+    a->qr = shared->qr;
+    a->kr = shared->kr;
+    a->g = shared->g;
+    a->beta = shared->beta;
+    a->gy = shared->gy;
+    return 0;
 }
 
-size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats) {
-    const Dims *d = &m->d;
-    size_t i = 0; *floats = 0;
-    char nm[128];
-    for (int l = d->lo; l < d->L; l++) {
-        if (block_full(m, l)) {
-#define T1(suffix, n) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix), i = add_t(list, i, floats, nm, 1, (n), 0))
-#define T2(suffix, a, b) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix), i = add_t(list, i, floats, nm, 2, (a), (b)))
-            T1("input_layernorm.weight", d->C);
-            for (int p = 0; p < PROJ_COUNT; p++) {
-                int in, out; proj_shape(d, p, &in, &out);
-                char s2[64];
-                snprintf(s2, sizeof s2, "%s.weight", PROJ_KEYS[p]); T2(s2, out, in);
-                if (d->bias && p <= PROJ_V) { snprintf(s2, sizeof s2, "%s.bias", PROJ_KEYS[p]); T1(s2, out); }
-                if (p == PROJ_V && d->qk_norm) { T1("self_attn.q_norm.weight", d->D); T1("self_attn.k_norm.weight", d->D); }
-                if (p == PROJ_O) T1("post_attention_layernorm.weight", d->C);
-            }
-#undef T1
-#undef T2
-        } else {
-            unsigned ad = block_adapted(m, l);
-            for (int p = 0; p < PROJ_COUNT; p++) {
-                if (!(ad >> p & 1u)) continue;
-                int in, out; proj_shape(d, p, &in, &out);
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.lora_a", l, PROJ_KEYS[p]);
-                i = add_t(list, i, floats, nm, 2, in, d->r);
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.lora_b", l, PROJ_KEYS[p]);
-                i = add_t(list, i, floats, nm, 2, d->r, out);
-                if (m->spec.type == TUNE_DORA) {
-                    snprintf(nm, sizeof nm, "model.layers.%d.%s.m", l, PROJ_KEYS[p]);
-                    i = add_t(list, i, floats, nm, 1, out, 0);
-                }
-            }
-        }
-    }
-    return i;
+static size_t max_in_out(const Dims *d) {
+    int m = imax(imax(d->C, d->F), imax(d->attn_gate ? 2 * d->QD : d->QD, d->KVD));
+    if (d->q35) m = imax(m, imax(d->g.CC, d->g.Vd));
+    return (size_t)m;
 }
 
-/* Points the block parameters at the trainable tensors (allocation mode). */
-static void bind_trainables(Model *m) {
-    size_t i = 0;
-    const Dims *d = &m->d;
-    for (int l = d->lo; l < d->L; l++) {
-        BlockParams *bp = &m->blocks[l];
-#define NEXT(v, g) do { v = m->trainables[i].value; g = m->trainables[i].grad; i++; } while (0)
-        if (block_full(m, l)) {
-            NEXT(bp->ln1, bp->dln1);
-            for (int p = 0; p < PROJ_COUNT; p++) {
-                float *w; NEXT(w, bp->dw[p]);
-                int in, out;
-                proj_shape(d, p, &in, &out);
-                bp->w[p] = fw_plain(w, DTYPE_F32, out, in, DTYPE_F32);
-                if (d->bias && p <= PROJ_V) NEXT(bp->bias[p], bp->dbias[p]);
-                if (p == PROJ_V && d->qk_norm) { NEXT(bp->qn, bp->dqn); NEXT(bp->kn, bp->dkn); }
-                if (p == PROJ_O) NEXT(bp->ln2, bp->dln2);
-            }
-        } else {
-            for (int p = 0; p < PROJ_COUNT; p++) {
-                if (!(bp->adapted >> p & 1u)) continue;
-                NEXT(bp->la[p], bp->dla[p]);
-                NEXT(bp->lb[p], bp->dlb[p]);
-                if (m->spec.type == TUNE_DORA) NEXT(bp->dm[p], bp->ddm[p]);
-            }
-        }
-#undef NEXT
-    }
-}
-
-static size_t max_in_out(const Dims *d);
-
-static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora) {
+static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kinds) {
     size_t N = (size_t)d->N;
     sc->dres = sub_f(s, N * d->C); sc->dln = sub_f(s, N * d->C);
-    sc->datt = sub_f(s, N * d->QD); sc->dq = sub_f(s, N * d->QD);
-    sc->dk = sub_f(s, N * d->KVD); sc->dv = sub_f(s, N * d->KVD);
-    if (d->qk_norm) { sc->dq_pre = sub_f(s, N * d->QD); sc->dk_pre = sub_f(s, N * d->KVD); }
+    if (kinds & KIND_ATTN) {
+        sc->datt = sub_f(s, N * d->QD);
+        sc->dq = sub_f(s, N * d->QD);
+        sc->dk = sub_f(s, N * d->KVD);
+        sc->dv = sub_f(s, N * d->KVD);
+        if (d->qk_norm) {
+            sc->dq_pre = sub_f(s, N * d->QD);
+            sc->dk_pre = sub_f(s, N * d->KVD);
+        }
+        if (d->attn_gate) {
+            sc->dqg = sub_f(s, N * 2 * d->QD);
+            sc->dagate = sub_f(s, N * d->QD);
+        }
+    }
+    if (kinds & KIND_GDN) {
+        const GdnDims *g = &d->g;
+        sc->dqkv = sub_f(s, N * g->CC);
+        sc->dconv = sub_f(s, N * g->CC);
+        sc->dqn = sub_f(s, N * g->Kd);
+        sc->dkn = sub_f(s, N * g->Kd);
+        sc->dcore = sub_f(s, N * g->Vd);
+        sc->dz = sub_f(s, N * g->Vd);
+        sc->dgy = sub_f(s, N * g->Vd);
+        sc->dg = sub_f(s, N * g->Hv);
+        sc->dbeta = sub_f(s, N * g->Hv);
+        sc->dga = sub_f(s, N * g->Hv);
+        sc->dgb = sub_f(s, N * g->Hv);
+    }
     sc->dgate = sub_f(s, N * d->F); sc->dup = sub_f(s, N * d->F); sc->dact = sub_f(s, N * d->F);
     if (d->r) sc->dxa = sub_f(s, N * d->r);
     if (d->r) sc->dat = sub_f(s, (size_t)d->r * max_in_out(d));
-    if (dora) sc->ylin = sub_f(s, N * (size_t)imax(imax(d->C, d->F), d->QD));
+    if (dora) sc->ylin = sub_f(s, N * max_in_out(d));
 }
-
-static size_t max_in_out(const Dims *d) { return (size_t)imax(imax(d->C, d->F), imax(d->QD, d->KVD)); }
 
 static void lora_split(const Dims *d, Sub *s, LoraScratch *ls, bool dora) {
     if (d->dropout) ls->drop_x = sub_f(s, (size_t)d->N * max_in_out(d));
@@ -285,15 +385,245 @@ static void lora_split(const Dims *d, Sub *s, LoraScratch *ls, bool dora) {
     }
 }
 
+/* The block kinds among layers [l0, l1). */
+static int kinds_of(const Model *m, int l0, int l1) {
+    int k = 0;
+    for (int l = l0; l < l1; l++) k |= layer_gdn(&m->cfg, l) ? KIND_GDN : KIND_ATTN;
+    return k;
+}
+
+/* The union of the adapted projections of the trainable blocks. */
+static unsigned adapted_union(const Model *m) {
+    unsigned u = 0;
+    for (int l = m->d.lo; l < m->d.L; l++) u |= m->blocks[l].adapted;
+    return u;
+}
+
+
+/* Frozen block tensors kept as fp32 copies: norms (zero-centred ones are
+ * loaded as w + 1), biases, Gated DeltaNet's conv, gates and gated norm,
+ * DoRA base row norms. */
+static int carve_frozen_small(Model *m, int l, Carver *cv, bool dora) {
+    const Dims *d = &m->d;
+    BlockParams *bp = &m->blocks[l];
+    char nm[160];
+    snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln1);
+    snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln2);
+    if (bp->gdn) {
+        const GdnDims *g = &d->g;
+        snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d, A_log, dt_bias, norm", l);
+        size_t n = (size_t)g->CC * g->K;
+        float *p;
+        CARVE(cv, MEM_FROZEN_SMALL, nm, (n + 2 * (size_t)g->Hv + g->Dv) * 4, p);
+        if (p) {
+            bp->conv_w = p;
+            bp->A_log = p + n;
+            bp->dt_bias = p + n + g->Hv;
+            bp->gnorm = p + n + 2 * g->Hv;
+        }
+    } else {
+        if (d->qk_norm) {
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->D * 4, bp->qn);
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->D * 4, bp->kn);
+        }
+        if (d->bias)
+            for (int pj = 0; pj <= PROJ_V; pj++) {
+                int in, out;
+                proj_shape(d, pj, &in, &out);
+                snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[pj]);
+                CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->bias[pj]);
+            }
+    }
+    if (dora)
+        for (int pj = 0; pj < PROJ_COUNT; pj++) {
+            if (!(bp->adapted >> pj & 1u)) continue;
+            int in, out;
+            proj_shape(d, pj, &in, &out);
+            snprintf(nm, sizeof nm, "model.layers.%d.%s: DoRA base row norms", l, PROJ_KEYS[pj]);
+            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->wnorm2[pj]);
+        }
+    return 0;
+}
+
+/* Full fine-tuning of zero-centred norms (Qwen3.5, transformers' layout):
+ * the forward uses w + 1, rebuilt from the trainable w (norms_refresh). */
+static int carve_norm_copies(Model *m, Carver *cv) {
+    const Dims *d = &m->d;
+    if (d->norm_off == 0.0f || m->spec.type != TUNE_FULL || d->n_train == 0) return 0;
+    size_t floats = 0;
+    for (int l = d->lo; l < d->L; l++)
+        floats += 2 * (size_t)d->C + (!layer_gdn(&m->cfg, l) && d->qk_norm ? 2 * (size_t)d->D : 0);
+    CARVE(cv, MEM_TRAINABLE, "zero-centred norms of the trained blocks, as used (w + 1)", floats * 4, m->norm_eff);
+    if (!m->norm_eff) return 0;
+    float *p = m->norm_eff;
+    for (int l = d->lo; l < d->L; l++) {
+        BlockParams *bp = &m->blocks[l];
+        bp->ln1 = p;
+        p += d->C;
+        bp->ln2 = p;
+        p += d->C;
+        if (!bp->gdn && d->qk_norm) {
+            bp->qn = p;
+            p += d->D;
+            bp->kn = p;
+            p += d->D;
+        }
+    }
+    return 0;
+}
+
+/* Per layer, the slot of its KV cache (attention) or its states (GDN). */
+static int assign_cache_slots(Model *m, bool alloc) {
+    if (!alloc) return 0;
+    m->cache_slot = mem_calloc((size_t)m->d.L, sizeof *m->cache_slot);
+    if (!m->cache_slot) return -1;
+    int na = 0, ng = 0;
+    for (int l = 0; l < m->d.L; l++) m->cache_slot[l] = m->blocks[l].gdn ? ng++ : na++;
+    return 0;
+}
+
+static int carve_activations(Model *m, const ModelSpec *spec, Carver *cv, bool dora) {
+    const Dims *d = &m->d;
+    size_t N = (size_t)d->N;
+    char nm[160];
+    int kinds_all = kinds_of(m, 0, d->L), kinds_train = kinds_of(m, d->lo, d->L);
+    unsigned ad_all = d->r ? adapted_union(m) : 0;
+    CARVE(cv, MEM_ACTIVATIONS, "token ids", N * sizeof(int), m->ids);
+    CARVE(cv, MEM_ACTIVATIONS, "residual stream (ping)", N * d->C * 4, m->resid[0]);
+    CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
+    CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
+    CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
+    if (d->train && !spec->grad_checkpoint) {
+        if (cv->arena) {
+            m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts);
+            if (!m->acts) return -1;
+        }
+        Sub s = {0};
+        BlockActs shared = {0};
+        shared_split(d, &s, &shared, d->N, kinds_train);
+        void *base;
+        const char *what = d->q35 ? "norm and SwiGLU outputs, gate and Gated DeltaNet intermediates "
+                                    "(one block, rebuilt in backward)"
+                                  : "norm outputs and SwiGLU output (one block, rebuilt in backward)";
+        TRY(carve(cv, MEM_ACTIVATIONS, what, s.off, &base));
+        if (base) {
+            Sub s2 = {base, 0};
+            shared_split(d, &s2, &shared, d->N, kinds_train);
+        }
+        for (int i = 0; i < d->n_train; i++) {
+            int l = d->lo + i;
+            BlockActs tmp, *a = m->acts ? &m->acts[i] : &tmp;
+            float *xin;
+            snprintf(nm, sizeof nm, "block %d input", l);
+            CARVE(cv, MEM_ACTIVATIONS, nm, N * d->C * 4, xin);
+            snprintf(nm, sizeof nm, "block %d saved activations%s", l, m->blocks[l].gdn ? " (Gated DeltaNet)" : "");
+            TRY(carve_block_acts(cv, nm, d, a, m->blocks[l].adapted, kinds_of(m, l, l + 1), &shared));
+            a->x_in = xin;
+        }
+        /* the frozen blocks below run in acts[0], unless their kind differs (Qwen3.5) */
+        if (d->q35 && d->lo > 0)
+            TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace of the frozen blocks)",
+                          d, &m->work, 0, false, d->N, d->B, kinds_of(m, 0, d->lo)));
+    } else if (d->train) {
+        if (cv->arena) {
+            m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt);
+            if (!m->ckpt) return -1;
+        }
+        for (int i = 0; i < d->n_train; i++) {
+            float *tmp, **p = m->ckpt ? &m->ckpt[i] : &tmp;
+            snprintf(nm, sizeof nm, "block %d input (checkpoint)", d->lo + i);
+            CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
+        }
+        TRY(carve_set(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad_all, true, d->N, d->B,
+                      kinds_all));
+    } else {
+        TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad_all, false,
+                      d->N, d->B, kinds_all));
+    }
+    if (d->train) {
+        Sub s = {0};
+        Scratch tmp;
+        scratch_split(d, &s, &tmp, dora, kinds_train);
+        void *base;
+        TRY(carve(cv, MEM_BACKWARD_SCRATCH, "activation gradients (one block)", s.off, &base));
+        if (base) {
+            Sub s2 = {base, 0};
+            scratch_split(d, &s2, &m->sc, dora, kinds_train);
+        }
+        if (kinds_train & KIND_ATTN)
+            CARVE(cv, MEM_ATTENTION, "attention backward workspace",
+                  attention_workspace_floats(d->B, d->T, d->H, d->KVH, d->D) * 4, m->sc.attn_ws);
+    }
+    if (kinds_all & KIND_GDN) {
+        GdnShape gs = {d->B, d->T, d->g.Hk, d->g.Hv, d->g.Dk, d->g.Dv, d->g.chunk};
+        snprintf(nm, sizeof nm, "Gated DeltaNet chunk workspace (%d threads)", d->g.threads);
+        CARVE(cv, d->train ? MEM_BACKWARD_SCRATCH : MEM_ACTIVATIONS, nm,
+              gdn_workspace_floats(&gs, d->g.threads, d->train) * 4, m->sc.gdn_ws);
+    }
+    CARVE(cv, MEM_LMHEAD, "LM-head targets", N * sizeof(int), m->targets);
+    CARVE(cv, MEM_LMHEAD, "LM-head row weights", N * 4, m->row_weight);
+    Sub s = {0};
+    LoraScratch tmp;
+    lora_split(d, &s, &tmp, dora);
+    if (s.off) {
+        void *base;
+        TRY(carve(cv, d->train ? MEM_BACKWARD_SCRATCH : MEM_ACTIVATIONS, "LoRA dropout / DoRA norm scratch", s.off,
+                  &base));
+        if (base) {
+            Sub s2 = {base, 0};
+            lora_split(d, &s2, &m->ls, dora);
+        }
+    }
+    CARVE(cv, MEM_LMHEAD, "LM-head + cross-entropy chunk", lmhead_scratch_floats(d->chunk, d->C, d->V) * 4,
+          m->lmhead_scratch);
+    return 0;
+}
+
+static int carve_decode(Model *m, Carver *cv) {
+    const Dims *d = &m->d;
+    size_t kv = (size_t)d->n_attn * d->kv_T * d->KVD * 4;
+    if (kv) {
+        CARVE(cv, MEM_KV_CACHE, "KV cache keys", kv, m->kcache);
+        CARVE(cv, MEM_KV_CACHE, "KV cache values", kv, m->vcache);
+    }
+    if (d->n_gdn) {
+        const GdnDims *g = &d->g;
+        CARVE(cv, MEM_KV_CACHE, "Gated DeltaNet conv states (last K-1 inputs)",
+              (size_t)d->n_gdn * (g->K - 1) * g->CC * 4, m->conv_state);
+        CARVE(cv, MEM_KV_CACHE, "Gated DeltaNet recurrent states", (size_t)d->n_gdn * g->Hv * g->Dk * g->Dv * 4,
+              m->rec_state);
+        GdnShape gs = {1, d->dec_rows, g->Hk, g->Hv, g->Dk, g->Dv, g->chunk};
+        CARVE(cv, MEM_KV_CACHE, "Gated DeltaNet chunk workspace (decode)",
+              gdn_workspace_floats(&gs, g->threads, 0) * 4, m->dec_gdn_ws);
+    }
+    unsigned ad = d->r ? adapted_union(m) : 0;
+    TRY(carve_set(cv, MEM_KV_CACHE, "decode workspace (one block)", d, &m->dec, ad, false, d->dec_rows, 0,
+                  kinds_of(m, 0, d->L)));
+    CARVE(cv, MEM_KV_CACHE, "decode residual", (size_t)d->dec_rows * d->C * 4, m->dec_x);
+    CARVE(cv, MEM_KV_CACHE, "decode residual 2", (size_t)d->dec_rows * d->C * 4, m->dec_x2);
+    if (d->n_attn) CARVE(cv, MEM_KV_CACHE, "decode scores", (size_t)d->H * d->kv_T * 4, m->dec_scores);
+    return 0;
+}
+
 int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     const Dims *d = &m->d;
     const ModelConfig *cfg = &m->cfg;
     bool dora = spec->type == TUNE_DORA;
+    bool alloc = cv->arena != NULL;
     char nm[160];
     size_t wsz = m->d.run_dtype == DTYPE_F32 ? 4 : 2;
 
     /* Block parameter slots (heap, not arena) */
-    for (int l = 0; l < d->L; l++) m->blocks[l].adapted = block_adapted(m, l);
+    for (int l = 0; l < d->L; l++) {
+        m->blocks[l].adapted = block_adapted(m, l);
+        m->blocks[l].projs = layer_projs(cfg, l);
+        m->blocks[l].gdn = layer_gdn(cfg, l);
+    }
+    TRY(assign_cache_slots(m, alloc));
 
     /* 1. frozen matrices converted from the file's dtype */
     if (d->convert) {
@@ -307,7 +637,9 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         for (int l = 0; l < d->L; l++) {
             if (block_full(m, l)) continue;
             for (int pj = 0; pj < PROJ_COUNT; pj++) {
-                int in, out; proj_shape(d, pj, &in, &out);
+                if (!(m->blocks[l].projs >> pj & 1u)) continue;
+                int in, out;
+                proj_shape(d, pj, &in, &out);
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[pj]);
                 CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)in * out * wsz, p);
                 m->blocks[l].w[pj].data = p;
@@ -315,43 +647,19 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         }
     }
 
-    /* 2. frozen norms and biases as fp32, DoRA base row norms, RoPE tables */
+    /* 2. frozen norms, biases and Gated DeltaNet tensors as fp32, DoRA base row norms, RoPE tables */
     CARVE(cv, MEM_FROZEN_SMALL, "model.norm.weight", (size_t)d->C * 4, m->final_norm);
-    for (int l = 0; l < d->L; l++) {
-        if (block_full(m, l)) continue;
-        BlockParams *bp = &m->blocks[l];
-        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln1);
-        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln2);
-        if (d->qk_norm) {
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->D * 4, bp->qn);
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->D * 4, bp->kn);
-        }
-        if (d->bias) for (int pj = 0; pj <= PROJ_V; pj++) {
-            int in, out; proj_shape(d, pj, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[pj]);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->bias[pj]);
-        }
-        if (dora) for (int pj = 0; pj < PROJ_COUNT; pj++) {
-            if (!(bp->adapted >> pj & 1u)) continue;
-            int in, out; proj_shape(d, pj, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s: DoRA base row norms", l, PROJ_KEYS[pj]);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->wnorm2[pj]);
-        }
-    }
-    if (d->rope_T > 0) {
-        CARVE(cv, MEM_FROZEN_SMALL, "RoPE cos table", (size_t)d->rope_T * (d->D / 2) * 4, m->rope_cos);
-        CARVE(cv, MEM_FROZEN_SMALL, "RoPE sin table", (size_t)d->rope_T * (d->D / 2) * 4, m->rope_sin);
+    for (int l = 0; l < d->L; l++)
+        if (!block_full(m, l)) TRY(carve_frozen_small(m, l, cv, dora));
+    if (d->rope_T > 0 && d->n_attn > 0) {
+        CARVE(cv, MEM_FROZEN_SMALL, "RoPE cos table", (size_t)d->rope_T * (d->rd / 2) * 4, m->rope_cos);
+        CARVE(cv, MEM_FROZEN_SMALL, "RoPE sin table", (size_t)d->rope_T * (d->rd / 2) * 4, m->rope_sin);
     }
 
     /* 3. trainable parameters and gradients, one block each */
     size_t floats = 0;
     size_t nt = trainables_enumerate(m, NULL, &floats);
     if (nt) {
-        bool alloc = cv->arena != NULL;
         if (alloc) {
             m->trainables = mem_calloc(nt, sizeof *m->trainables);
             if (!m->trainables) return -1;
@@ -375,92 +683,34 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
             bind_trainables(m);
         }
     }
-    if (dora) for (int l = d->lo; l < d->L; l++) for (int pj = 0; pj < PROJ_COUNT; pj++) {
-        if (!(m->blocks[l].adapted >> pj & 1u)) continue;
-        int in, out; proj_shape(d, pj, &in, &out);
-        snprintf(nm, sizeof nm, "model.layers.%d.%s: DoRA adapted row norms", l, PROJ_KEYS[pj]);
-        CARVE(cv, MEM_ACTIVATIONS, nm, (size_t)out * 4, m->blocks[l].dnorm[pj]);
-    }
+    TRY(carve_norm_copies(m, cv));
+    if (dora)
+        for (int l = d->lo; l < d->L; l++)
+            for (int pj = 0; pj < PROJ_COUNT; pj++) {
+                if (!(m->blocks[l].adapted >> pj & 1u)) continue;
+                int in, out;
+                proj_shape(d, pj, &in, &out);
+                snprintf(nm, sizeof nm, "model.layers.%d.%s: DoRA adapted row norms", l, PROJ_KEYS[pj]);
+                CARVE(cv, MEM_ACTIVATIONS, nm, (size_t)out * 4, m->blocks[l].dnorm[pj]);
+            }
 
     /* 4. activations */
     if (d->N > 0) {
-        size_t N = (size_t)d->N;
-        CARVE(cv, MEM_ACTIVATIONS, "token ids", N * sizeof(int), m->ids);
-        CARVE(cv, MEM_ACTIVATIONS, "residual stream (ping)", N * d->C * 4, m->resid[0]);
-        CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
-        CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
-        CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
-        if (d->train && !spec->grad_checkpoint) {
-            if (cv->arena) { m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts); if (!m->acts) return -1; }
-            float *shared;
-            CARVE(cv, MEM_ACTIVATIONS, "norm outputs and SwiGLU output (one block, rebuilt in backward)",
-                  N * (2 * (size_t)d->C + d->F) * 4, shared);
-            for (int i = 0; i < d->n_train; i++) {
-                int l = d->lo + i;
-                BlockActs tmp, *a = m->acts ? &m->acts[i] : &tmp;
-                snprintf(nm, sizeof nm, "block %d input", l);
-                CARVE(cv, MEM_ACTIVATIONS, nm, N * d->C * 4, a->x_in);
-                float *xin = a->x_in;
-                snprintf(nm, sizeof nm, "block %d saved activations", l);
-                TRY(carve_acts(cv, MEM_ACTIVATIONS, nm, d, a, m->blocks[l].adapted, true, d->N, d->B, true, shared));
-                a->x_in = xin;
-            }
-        } else if (d->train) {
-            if (cv->arena) { m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt); if (!m->ckpt) return -1; }
-            for (int i = 0; i < d->n_train; i++) {
-                float *tmp, **p = m->ckpt ? &m->ckpt[i] : &tmp;
-                snprintf(nm, sizeof nm, "block %d input (checkpoint)", d->lo + i);
-                CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
-            }
-            unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-            TRY(carve_acts(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad, true, d->N, d->B, false, NULL));
-        } else {
-            unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-            TRY(carve_acts(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad, false, d->N, d->B, false, NULL));
-        }
-        if (d->train) {
-            Sub s = {0}; Scratch tmp;
-            scratch_split(d, &s, &tmp, dora);
-            void *base;
-            TRY(carve(cv, MEM_BACKWARD_SCRATCH, "activation gradients (one block)", s.off, &base));
-            if (base) { Sub s2 = {base, 0}; scratch_split(d, &s2, &m->sc, dora); }
-            CARVE(cv, MEM_LMHEAD, "LM-head targets", N * sizeof(int), m->targets);
-            CARVE(cv, MEM_LMHEAD, "LM-head row weights", N * 4, m->row_weight);
-            CARVE(cv, MEM_ATTENTION, "attention backward workspace",
-                  attention_workspace_floats(d->B, d->T, d->H, d->KVH, d->D) * 4, m->sc.attn_ws);
-        } else {
-            CARVE(cv, MEM_LMHEAD, "LM-head targets", N * sizeof(int), m->targets);
-            CARVE(cv, MEM_LMHEAD, "LM-head row weights", N * 4, m->row_weight);
-        }
-        {
-            Sub s = {0}; LoraScratch tmp;
-            lora_split(d, &s, &tmp, dora);
-            if (s.off) {
-                void *base;
-                TRY(carve(cv, d->train ? MEM_BACKWARD_SCRATCH : MEM_ACTIVATIONS, "LoRA dropout / DoRA norm scratch", s.off, &base));
-                if (base) { Sub s2 = {base, 0}; lora_split(d, &s2, &m->ls, dora); }
-            }
-        }
-        CARVE(cv, MEM_LMHEAD, "LM-head + cross-entropy chunk", lmhead_scratch_floats(d->chunk, d->C, d->V) * 4, m->lmhead_scratch);
+        TRY(carve_activations(m, spec, cv, dora));
     } else if (dora) {
-        Sub s = {0}; LoraScratch tmp;
+        Sub s = {0};
+        LoraScratch tmp;
         lora_split(d, &s, &tmp, dora);
         void *base;
         TRY(carve(cv, MEM_ACTIVATIONS, "DoRA norm scratch", s.off, &base));
-        if (base) { Sub s2 = {base, 0}; lora_split(d, &s2, &m->ls, dora); }
+        if (base) {
+            Sub s2 = {base, 0};
+            lora_split(d, &s2, &m->ls, dora);
+        }
     }
 
-    /* 5. KV cache and decode workspace */
-    if (d->kv_T > 0) {
-        size_t kv = (size_t)d->L * d->kv_T * d->KVD * 4;
-        CARVE(cv, MEM_KV_CACHE, "KV cache keys", kv, m->kcache);
-        CARVE(cv, MEM_KV_CACHE, "KV cache values", kv, m->vcache);
-        unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-        TRY(carve_acts(cv, MEM_KV_CACHE, "decode workspace (one block)", d, &m->dec, ad, false, d->dec_rows, 0, false, NULL));
-        CARVE(cv, MEM_KV_CACHE, "decode residual", (size_t)d->dec_rows * d->C * 4, m->dec_x);
-        CARVE(cv, MEM_KV_CACHE, "decode residual 2", (size_t)d->dec_rows * d->C * 4, m->dec_x2);
-        CARVE(cv, MEM_KV_CACHE, "decode scores", (size_t)d->H * d->kv_T * 4, m->dec_scores);
-    }
+    /* 5. KV cache, Gated DeltaNet states and decode workspace */
+    if (d->kv_T > 0) TRY(carve_decode(m, cv));
 
     /* 6. bf16 conversion scratch of the matrix products */
     if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
@@ -491,7 +741,8 @@ int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file
 int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv) {
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
-    m->cfg = *cfg; m->spec = *spec;
+    m->cfg = *cfg;
+    m->spec = *spec;
     int rc = dims_init(&m->d, cfg, spec, ws->file_dtype);
     if (rc == 0) rc = dims_apply_summary(&m->d, spec, ws);
     if (rc == 0) {
@@ -530,65 +781,54 @@ static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *c
     return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
 }
 
-int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
+int model_plan_weights(const char *model_dir, const ModelConfig *cfg_in, const ModelSpec *spec, MemPlan *plan) {
     WeightsSummary ws;
-    TRY(model_weights_summary(model_dir, cfg, &ws));
-    if (ws.quantized) return plan_quantized_weights(&ws, cfg, plan);
+    TRY(model_weights_summary(model_dir, cfg_in, &ws));
+    if (ws.quantized) return plan_quantized_weights(&ws, cfg_in, plan);
     StModel st;
     TRY(st_model_open(&st, model_dir, true));
-    const StTensor *e = st_model_find(&st, "model.embed_tokens.weight");
-    if (!e) { st_model_close(&st); return error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); }
-    DType ft = e->dtype;
+    ModelConfig *cfg = mem_alloc(sizeof *cfg);
+    if (!cfg) {
+        st_model_close(&st);
+        return -1;
+    }
+    *cfg = *cfg_in;
+    char en[160];
+    int rc = model_tensors_resolve(cfg, &st);
+    model_tensor_name(cfg, en, sizeof en, "model.embed_tokens.weight");
+    const StTensor *e = rc == 0 ? st_model_find(&st, en) : NULL;
+    if (rc == 0 && !e) rc = error_set("%s: tensor %s is missing", model_dir, en);
     Dims d;
-    if (dims_init(&d, cfg, spec, ft) < 0) { st_model_close(&st); return -1; }
+    if (rc == 0) rc = dims_init(&d, cfg, spec, e->dtype);
+    DType ft = e ? e->dtype : DTYPE_F32;
     st_model_close(&st);
-    if (d.convert) return 0;
+    if (rc < 0 || d.convert) {
+        mem_free(cfg);
+        return rc;
+    }
     size_t es = ft == DTYPE_F32 ? 4 : 2;
     size_t emb = (size_t)d.V * d.C * es;
-    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight (mapped file)", emb, false));
-    if (!cfg->tie_word_embeddings) TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head.weight (mapped file)", emb, false));
-    size_t per_block = ((size_t)2 * d.C * d.QD + (size_t)2 * d.C * d.KVD + (size_t)3 * d.C * d.F) * es;
-    int frozen = spec->type == TUNE_FULL ? d.lo : d.L;
-    if (frozen > 0) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
-        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, per_block * frozen, false));
-    }
-    return 0;
-}
-
-int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n) {
-    *out = NULL; *n = 0;
-    Model *m = mem_calloc(1, sizeof *m);
-    if (!m) return -1;
-    m->cfg = *cfg; m->spec = *spec;
-    DType t = cfg->torch_dtype;
-    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    int rc = dims_init(&m->d, cfg, spec, t);
-    if (rc == 0) {
-        m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
-        if (!m->blocks) rc = -1;
-    }
-    if (rc == 0) {
-        /* The walk decides which projections each block adapts; run it in
-         * planning mode into a throwaway plan first. */
-        MemPlan scratch = {0};
-        Carver plan_only = {NULL, &scratch};
-        rc = layout_walk(m, spec, &plan_only);
-        plan_free(&scratch);
-    }
-    if (rc == 0) {
-        size_t floats = 0, nt = trainables_enumerate(m, NULL, &floats);
-        TrainableTensor *list = nt ? mem_calloc(nt, sizeof *list) : NULL;
-        if (nt && !list) rc = -1;
-        else {
-            if (nt) trainables_enumerate(m, list, &floats);
-            for (size_t i = 0; i < nt; i++) list[i].value = list[i].grad = NULL;
-            *out = list; *n = nt;
+    rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight (mapped file)", emb, false);
+    if (rc == 0 && !cfg->tie_word_embeddings)
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head.weight (mapped file)", emb, false);
+    size_t bytes = 0;
+    int frozen = 0;
+    for (int l = 0; l < d.L; l++) {
+        if (spec->type == TUNE_FULL && l >= d.lo) continue;
+        frozen++;
+        unsigned projs = layer_projs(cfg, l);
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            if (!(projs >> p & 1u)) continue;
+            int in, out;
+            proj_shape(&d, p, &in, &out);
+            bytes += (size_t)in * out * es;
         }
     }
-    mem_free(m->trainables);
-    mem_free(m->blocks);
-    mem_free(m);
+    if (rc == 0 && frozen > 0) {
+        char nm[80];
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, bytes, false);
+    }
+    mem_free(cfg);
     return rc;
 }

@@ -39,6 +39,7 @@ void model_free(Model *m) {
     mem_free(m->trainables);
     mem_free(m->acts);
     mem_free(m->ckpt);
+    mem_free(m->cache_slot);
     mem_free(m);
 }
 
@@ -78,11 +79,18 @@ static const int32_t *gguf_map(const Model *m, const char *name) {
     return NULL;
 }
 
-static int load_small(Model *m, const char *name, int64_t n, float *dst) {
-    if (m->gguf) return dst ? gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst) : 0;
-    const StTensor *t;
-    TRY(tensor_1d(m, name, n, &t));
-    if (dst) dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
+/* A 1-D tensor into fp32, plus `offset` (1 for zero-centred norms). */
+static int load_small(Model *m, const char *name, int64_t n, float *dst, float offset) {
+    if (!dst && m->gguf) return 0;
+    if (m->gguf) {
+        TRY(gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst));
+    } else {
+        const StTensor *t;
+        TRY(tensor_1d(m, name, n, &t));
+        if (!dst) return 0;
+        dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
+    }
+    for (int64_t i = 0; offset != 0.0f && i < n; i++) dst[i] += offset;
     return 0;
 }
 
@@ -120,39 +128,68 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
     return 0;
 }
 
+/* Gated DeltaNet's small tensors: conv1d (C', 1, K) or MLX's (C', K, 1), the
+ * same floats either way, A_log, dt_bias, the gated norm (as stored). */
+static int load_gdn_small(Model *m, int l, BlockParams *bp, bool none) {
+    const GdnDims *g = &m->d.g;
+    char nm[160];
+    bool mlx = m->cfg.q35.layout == Q35_LAYOUT_MLX;
+    int64_t shape[3] = {g->CC, mlx ? g->K : 1, mlx ? 1 : g->K};
+    const StTensor *t;
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.weight", l);
+    TRY(st_model_expect(&m->st, nm, 3, shape, &t));
+    if (!none) dtype_to_f32(bp->conv_w, t->data, t->dtype, (size_t)g->CC * g->K);
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.A_log", l);
+    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->A_log, 0.0f));
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.dt_bias", l);
+    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->dt_bias, 0.0f));
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", l);
+    TRY(load_small(m, nm, g->Dv, none ? NULL : bp->gnorm, 0.0f));
+    return 0;
+}
+
 static int load_weights(Model *m, bool check_only) {
     const Dims *d = &m->d;
+    const ModelConfig *c = &m->cfg;
     bool none = check_only;
+    float off = d->norm_off;
     char nm[160];
-    TRY(load_matrix(m, "model.embed_tokens", d->V, d->C, none ? NULL : &m->embed));
-    if (m->cfg.tie_word_embeddings) {
+    model_module_name(c, nm, sizeof nm, "model.embed_tokens");
+    TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->embed));
+    if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
     } else {
-        TRY(load_matrix(m, "lm_head", d->V, d->C, none ? NULL : &m->lm_head));
+        model_module_name(c, nm, sizeof nm, "lm_head");
+        TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->lm_head));
     }
-    TRY(load_small(m, "model.norm.weight", d->C, none ? NULL : m->final_norm));
+    model_tensor_name(c, nm, sizeof nm, "model.norm.weight");
+    TRY(load_small(m, nm, d->C, none ? NULL : m->final_norm, off));
     for (int l = 0; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
         bool full = none || (m->spec.type == TUNE_FULL && l >= d->lo);
+        unsigned projs = layer_projs(c, l);
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
         for (int p = 0; p < PROJ_COUNT; p++) {
+            if (!(projs >> p & 1u)) continue;
             int in, out; proj_shape(d, p, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+            model_module_name(c, nm, sizeof nm, "model.layers.%d.%s", l, PROJ_KEYS[p]);
             TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p]));
             if (d->bias && p <= PROJ_V) {
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
-                TRY(load_small(m, nm, out, full ? NULL : bp->bias[p]));
+                model_tensor_name(c, nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
+                TRY(load_small(m, nm, out, full ? NULL : bp->bias[p], 0.0f));
             }
         }
-        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1));
-        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2));
-        if (d->qk_norm) {
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-            TRY(load_small(m, nm, d->D, full ? NULL : bp->qn));
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-            TRY(load_small(m, nm, d->D, full ? NULL : bp->kn));
+        model_tensor_name(c, nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1, off));
+        model_tensor_name(c, nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2, off));
+        if (layer_gdn(c, l)) {
+            TRY(load_gdn_small(m, l, bp, full));
+        } else if (d->qk_norm) {
+            model_tensor_name(c, nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+            TRY(load_small(m, nm, d->D, full ? NULL : bp->qn, off));
+            model_tensor_name(c, nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+            TRY(load_small(m, nm, d->D, full ? NULL : bp->kn, off));
         }
     }
     return 0;
@@ -190,7 +227,7 @@ static int load_gguf(Model *m, const char *path, const ModelSpec *spec) {
     TRY(layout_walk(m, spec, &cv));
     TRY(load_weights(m, false));
     if (m->d.rope_T > 0)
-        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
+        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.rd, m->cfg.rope_theta, &m->cfg.rope_scaling);
     model_bind_scratch(m);
     dora_base_norms(m);
     return 0;
@@ -219,6 +256,7 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (rc < 0) goto fail;
     if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
     m->st_open = true;
+    if (model_tensors_resolve(&m->cfg, &m->st) < 0) goto fail;
     WeightsSummary ws;
     /* every quantized module checked, then every tensor, before a byte of the arena is used */
     if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;
@@ -231,8 +269,8 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;
     if (load_weights(m, false) < 0) goto fail;
-    if (m->d.rope_T > 0)
-        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    if (m->rope_cos)
+        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.rd, m->cfg.rope_theta, &m->cfg.rope_scaling);
     model_bind_scratch(m);
     dora_base_norms(m);
     if (m->d.convert) {

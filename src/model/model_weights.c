@@ -4,6 +4,7 @@
  * for the planner from the safetensors headers alone (model_weights_summary),
  * and the same walk on the real files when a model is loaded. */
 #include "model/model_internal.h"
+#include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -11,19 +12,23 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Matrix k of a model: 0 the embedding, 1 the LM head, then 7 per block. */
+/* Matrix k of a model: 0 the embedding, 1 the LM head, then PROJ_COUNT per
+ * block (a block has only some of them: layer_projs). */
 int weights_matrix_count(const Dims *d) { return 2 + PROJ_COUNT * d->L; }
 
-void weights_matrix(const Dims *d, int k, char *module, size_t cap, int *rows, int *cols) {
+bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols) {
     if (k < 2) {
-        snprintf(module, cap, "%s", k == 0 ? "model.embed_tokens" : "lm_head");
+        model_module_name(cfg, module, cap, "%s", k == 0 ? "model.embed_tokens" : "lm_head");
         *rows = d->V;
         *cols = d->C;
-        return;
+        return true;
     }
-    int l = (k - 2) / PROJ_COUNT, p = (k - 2) % PROJ_COUNT;
-    snprintf(module, cap, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+    int l = (k - 2) / PROJ_COUNT;
+    int p = (k - 2) % PROJ_COUNT;
+    if (!(layer_projs(cfg, l) >> p & 1u)) return false;
+    model_module_name(cfg, module, cap, "model.layers.%d.%s", l, PROJ_KEYS[p]);
     proj_shape(d, p, cols, rows);
+    return true;
 }
 
 DType weights_compute(const FrozenWeight *w, DType run) {
@@ -67,7 +72,7 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
         if (k == 1 && cfg->tie_word_embeddings) continue;
         char module[160];
         int rows, cols;
-        weights_matrix(&d, k, module, sizeof module, &rows, &cols);
+        if (!weights_matrix(cfg, &d, k, module, sizeof module, &rows, &cols)) continue;
         FrozenWeight w;
         bool q;
         TRY(weights_view(st, qc, module, rows, cols, DTYPE_F32, &w, &q));
@@ -106,7 +111,14 @@ int model_weights_summary(const char *model_dir, const ModelConfig *cfg, Weights
         quant_config_free(&qc);
         return -1;
     }
-    rc = summarise(&st, cfg, &qc, ws);
+    ModelConfig *rcfg = mem_alloc(sizeof *rcfg);   /* where a Qwen3.5 directory keeps its text weights */
+    rc = rcfg ? 0 : -1;
+    if (rc == 0) {
+        *rcfg = *cfg;
+        rc = model_tensors_resolve(rcfg, &st);
+    }
+    if (rc == 0) rc = summarise(&st, rcfg, &qc, ws);
+    mem_free(rcfg);
     st_model_close(&st);
     quant_config_free(&qc);
     return rc;

@@ -126,7 +126,8 @@ static void test_errors(void) {
     ModelConfig c;
     /* model_type */
     CHECK(parse_with(&c, LLAMA, "model_type", "\"gpt2\"") == -1);
-    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3)");
+    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported "
+                         "(supported: llama, mistral, qwen2, qwen3, qwen3_5, qwen3_5_text)");
     CHECK(parse_with(&c, LLAMA, "model_type", "\"Llama\"") == -1);
     CHECK_ERROR_CONTAINS("model_type \"Llama\" is not supported");
     CHECK(parse_with(&c, LLAMA, "model_type", NULL) == -1);

@@ -23,9 +23,10 @@ static double norm_rel(const float *a, const float *b, size_t n) {
 }
 
 /* Runs one case; grads_out (heap) receives the concatenated gradients. */
-static int run_case(const RefCase *rc, bool ckpt, float **grads_out, size_t *grads_n, bool report) {
+static int run_case(const RefCase *rc, bool ckpt, int gdn_chunk, float **grads_out, size_t *grads_n, bool report) {
     ModelSpec spec = rc->spec;
     spec.grad_checkpoint = ckpt;
+    spec.gdn_chunk = gdn_chunk;
     Model *m; Arena arena; size_t planned;
     if (load_planned(&m, &arena, &planned, rc->dir, &rc->cfg, &spec, rc->bf16 ? DTYPE_BF16 : DTYPE_F32) < 0) return -1;
     CHECK_MSG(arena.used == planned, "%s: arena used %zu, plan %zu", rc->name, arena.used, planned);
@@ -95,8 +96,11 @@ static int run_case(const RefCase *rc, bool ckpt, float **grads_out, size_t *gra
         CHECK(rl != NULL);
         double lr = rl ? rel_error(logits, rl, nl) : 1;
         const char *path = !rc->bf16 ? "fp32" : rc->spec.weight_dtype == DTYPE_BF16 ? "bf16" : "bf16 in fp32";
+        char label[300];
+        snprintf(label, sizeof label, "%.200s%s", rc->name, gdn_chunk ? " (chunk " : "");
+        if (gdn_chunk) snprintf(label + strlen(label), sizeof label - strlen(label), "%d)", gdn_chunk);
         printf("%-24s %-12s loss %.6f ref %.6f rel %.1e | logits %.1e | grads worst %.1e (%s) norm %.1e | %zu tensors\n",
-               rc->name, path, loss, el[0], loss_rel, lr, worst_grad, worst_name, worst_norm, nt);
+               label, path, loss, el[0], loss_rel, lr, worst_grad, worst_name, worst_norm, nt);
         if (rc->bf16 && !widened) {
             CHECK(loss_rel <= 1e-3); CHECK(lr <= 3e-2); CHECK(worst_grad <= 3e-2); CHECK(worst_norm <= 1e-2);
         } else {
@@ -138,8 +142,11 @@ int main(void) {
         for (int v = 0; v < nruns; v++) {
             rc.spec.weight_dtype = runs[v];
             float *g0 = NULL, *g1 = NULL; size_t n0 = 0, n1 = 0;
-            if (run_case(&rc, false, &g0, &n0, true) < 0) { CHECK_MSG(0, "%s: %s", rc.name, error_message()); continue; }
-            if (run_case(&rc, true, &g1, &n1, false) < 0) {
+            if (run_case(&rc, false, 0, &g0, &n0, true) < 0) {
+                CHECK_MSG(0, "%s: %s", rc.name, error_message());
+                continue;
+            }
+            if (run_case(&rc, true, 0, &g1, &n1, false) < 0) {
                 CHECK_MSG(0, "%s (checkpointing): %s", rc.name, error_message());
                 mem_free(g0);
                 continue;
@@ -147,6 +154,15 @@ int main(void) {
             CHECK_MSG(n0 == n1 && memcmp(g0, g1, n0 * sizeof(float)) == 0, "%s: gradients differ with checkpointing",
                       rc.name);
             mem_free(g0); mem_free(g1);
+            /* Qwen3.5: the Gated DeltaNet's chunk size changes the summation order only */
+            for (int k = 0; rc.cfg.q35.on && k < 2; k++) {
+                int chunk = k == 0 ? 8 : 5;
+                float *g2 = NULL;
+                size_t n2 = 0;
+                if (run_case(&rc, false, chunk, &g2, &n2, true) < 0)
+                    CHECK_MSG(0, "%s (chunk %d): %s", rc.name, chunk, error_message());
+                mem_free(g2);
+            }
             ran++;
         }
     }

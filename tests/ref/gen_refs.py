@@ -513,6 +513,9 @@ def main():
     trajectory_case("train_sgd", 910, "sgd", 0.1, 0.9)
     peft_case()
 
+    import gen_qwen35_refs  # the Qwen3.5 cases (qwen35_*), same format
+    gen_qwen35_refs.main(sys.modules[__name__])
+
 
 if __name__ == "__main__":
     main()
