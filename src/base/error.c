@@ -5,6 +5,31 @@
 #include <string.h>
 
 static _Thread_local char message[2048];
+static int g_quiet;
+
+void log_set_quiet(int quiet) { g_quiet = quiet; }
+
+static void log_v(const char *prefix, const char *fmt, va_list ap) {
+    if (g_quiet) return;
+    fputs(prefix, stdout);
+    vfprintf(stdout, fmt, ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void log_warning(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_v("[WARNING] ", fmt, ap);
+    va_end(ap);
+}
+
+void log_info(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_v("", fmt, ap);
+    va_end(ap);
+}
 
 int error_set(const char *fmt, ...) {
     va_list ap;

@@ -98,4 +98,10 @@ int args_parse_double(const char *where, const char *text, double *out);
 int args_parse_int(const char *where, const char *text, int *out);
 int args_parse_bool(const char *where, const char *text, bool *out);
 bool args_yaml_is_null(struct yaml_node_s *n);   /* a missing value, `~` or `null` */
+/* A YAML node as JSON, scalars typed as PyYAML's SafeLoader with MLX-LM's
+ * float resolver types them (null, bool, int, float such as 1e-5, else a
+ * string); NULL on an allocation failure. */
+struct json_t *args_yaml_to_json(struct yaml_document_s *doc, struct yaml_node_s *n);
+/* The refusal of --trust-remote-code / trust_remote_code (every command). */
+int args_refuse_remote_code(void);
 #endif

@@ -9,7 +9,9 @@
 #include "cli/run_data.h"
 #include "cli/train_args.h"
 #include "dist/dist.h"
+#include "data/batching.h"
 #include "memory/run_plan.h"
+#include "model/adapter_io.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +33,37 @@ static void print_checkpoint_flip(const RunShape *shape, const RunInputs *in) {
     }
     plan_free(&p2);
     error_clear();
+}
+
+/* The plan of `lmtune train --test` without --train: the model opened for
+ * inference with the adapter of --adapter-path, the widest test batch, the
+ * tokenised test set and the process baseline. */
+static int plan_test_only(TrainArgs *a, RunData *d) {
+    if (a->batch_size == 0) return error_set("--batch-size auto plans a training run; give a number with --test");
+    TRY(run_data_load_model(d, a));
+    DatasetOptions o;
+    run_data_options(a, &o);
+    bool present;
+    TRY(dataset_load_split(&d->test, a->data, "test", d->tok, &o, &present));
+    d->have_test = true;
+    int width = batch_max_width(&d->test, a->batch_size, a->max_seq_length);
+    MemPlan plan;
+    ModelSpec spec;
+    const char *adapter = a->adapter_path && a->adapter_path[0] ? a->adapter_path : NULL;
+    int rc = model_plan_inference(&plan, &spec, a->model, adapter, a->batch_size, width - 1, 0);
+    if (rc == 0) rc = plan_note(&plan, MEM_DATASET, "tokenised test set", dataset_bytes(&d->test), false);
+    RunInputs in = {.cfg = &d->cfg, .train = &d->test, .world = 1};
+    if (rc == 0) rc = plan_note(&plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured",
+                                run_baseline_now(&in), false);
+    if (rc == 0) {
+        RunShape shape = {.model_dir = a->model, .batch_size = a->batch_size, .grad_accumulation_steps = 1,
+                          .max_seq_length = a->max_seq_length};
+        printf("Evaluation only (--test without --train): the test set with %s\n",
+               adapter ? adapter : "the base model (no adapter)");
+        run_plan_print(&shape, &spec, &plan, a->plan_verbose, stdout);
+    }
+    plan_free(&plan);
+    return rc;
 }
 
 static int plan_run(TrainArgs *a, RunData *d) {
@@ -55,21 +88,23 @@ int cmd_plan(int argc, char **argv) {
     TrainArgs a;
     train_args_default(&a);
     if (plan_args_parse(&a, argc, argv) < 0) {
-        args_release();
+        train_args_free(&a);
         die_with_error();
     }
     if (a.parsed.help) {
-        args_release();
+        train_args_free(&a);
         return 0;
     }
     RunData d;
     int world = a.plan_workers ? a.plan_workers : dist_world() > 0 ? dist_world() : 1;
     int rc = 0;
-    if (run_data_load(&d, &a, world) < 0 || plan_run(&a, &d) < 0) {
+    memset(&d, 0, sizeof d);
+    int ok = a.train ? run_data_load(&d, &a, world) == 0 && plan_run(&a, &d) == 0 : plan_test_only(&a, &d) == 0;
+    if (!ok) {
         rc = 1;
         fprintf(stderr, "lmtune: error: %s\n", error_message());
     }
     run_data_free(&d);
-    args_release();
+    train_args_free(&a);
     return rc;
 }

@@ -5,18 +5,29 @@
 #include "base/error.h"
 #include "base/fileio.h"
 
-int run_data_load(RunData *d, const TrainArgs *a, int world) {
+void run_data_options(const TrainArgs *a, DatasetOptions *o) {
+    dataset_options_default(o);
+    o->mask_prompt = a->mask_prompt;
+    o->skip_bad_lines = a->skip_bad_lines;
+    o->prompt_feature = a->prompt_feature;
+    o->completion_feature = a->completion_feature;
+    o->text_feature = a->text_feature;
+    o->chat_feature = a->chat_feature;
+}
+
+int run_data_load_model(RunData *d, const TrainArgs *a) {
     memset(d, 0, sizeof *d);
     char *cfg_path = path_join(a->model, "config.json");
     TRY_PTR(cfg_path);
     int rc = hf_config_load(&d->cfg, cfg_path);
     mem_free(cfg_path);
     TRY(rc);
-    TRY(tokenizer_load(&d->tok, a->model));
+    return tokenizer_load(&d->tok, a->model);
+}
+
+int run_data_load_splits(RunData *d, const TrainArgs *a, int world) {
     DatasetOptions o;
-    dataset_options_default(&o);
-    o.mask_prompt = a->mask_prompt;
-    o.skip_bad_lines = a->skip_bad_lines;
+    run_data_options(a, &o);
     if (a->chat_template) {
         size_t n;
         if (file_read_all(a->chat_template, 64u << 20, &d->chat_template, &n) < 0)
@@ -38,6 +49,11 @@ int run_data_load(RunData *d, const TrainArgs *a, int world) {
     d->in.world = world;
     d->in.baseline = run_baseline_now(&d->in);
     return 0;
+}
+
+int run_data_load(RunData *d, const TrainArgs *a, int world) {
+    TRY(run_data_load_model(d, a));
+    return run_data_load_splits(d, a, world);
 }
 
 void run_data_free(RunData *d) {

@@ -303,7 +303,7 @@ static int load_file(Dataset *d, const char *path, const Tokenizer *tok, const D
     if (d->bad_lines > 0) {
         char summary[1024];
         bad_line_summary(&L, summary, sizeof summary);
-        fprintf(stderr, "[WARNING] %s: skipped %zu bad lines (%s)\n", path, d->bad_lines, summary);
+        log_warning("%s: skipped %zu bad lines (%s)", path, d->bad_lines, summary);
     }
     rc = 0;
 done:
@@ -342,7 +342,7 @@ int dataset_load_split(Dataset *d, const char *dir, const char *name, const Toke
         else if (strcmp(name, "test") == 0)
             rc = error_set("%s: Test set not found or empty. Must provide test set for evaluation.", file);
         else if (strcmp(name, "valid") == 0)
-            fprintf(stderr, "Warning: Validation set not found or empty. Training will proceed without validation.\n");
+            log_info("Warning: Validation set not found or empty. Training will proceed without validation.");
         else
             rc = error_set("%s: data set not found or empty", file);
     } else if (rc == 0 && present) {

@@ -62,11 +62,8 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     Carver cv = {NULL, plan};
     /* Plan for the dtype the matrices really have in the file (config.json's
      * torch_dtype may say otherwise): read from the safetensors header. */
-    StModel st;
-    TRY(st_model_open(&st, a->model_dir, true));
-    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
-    DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
-    st_model_close(&st);
+    DType file_dtype;
+    TRY(model_file_dtype(a->model_dir, &file_dtype));
     TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
     TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
     TrainableTensor *list; size_t n;
@@ -167,7 +164,9 @@ int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan)
         snprintf(what[nl], 96, "--max-seq-length %d", v.max_seq_length);
         lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
     }
-    if (a->spec.weight_dtype != DTYPE_BF16) {
+    DType file_dtype = DTYPE_BF16;
+    if (model_file_dtype(a->model_dir, &file_dtype) < 0) error_clear();
+    if (a->spec.weight_dtype != DTYPE_BF16 && file_dtype != DTYPE_BF16) {
         v = *a; v.spec.weight_dtype = DTYPE_BF16;
         snprintf(what[nl], 96, "--weights-dtype bf16");
         lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;

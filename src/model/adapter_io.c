@@ -69,26 +69,40 @@ out:
     return rc;
 }
 
-int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
+int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, const char *adapter_dir,
                          int rows, int tokens, int kv_tokens) {
+    memset(plan, 0, sizeof *plan);
     ModelConfig cfg;
     char *cfg_path = path_join(model_dir, "config.json");
     if (!cfg_path) return -1;
     int rc = hf_config_load(&cfg, cfg_path);
     mem_free(cfg_path);
     TRY(rc);
-    ModelSpec spec = {0};
-    spec.type = TUNE_NONE;
-    spec.num_layers = -1;
-    spec.max_rows = rows;
-    spec.max_tokens = tokens;
-    spec.kv_cache_tokens = kv_tokens;
-    spec.weight_dtype = cfg.torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
-    spec.training = false;
-    if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, &spec));
-    MemPlan plan = {0};
-    Carver cv = {NULL, &plan};
-    if (model_layout(&cfg, &spec, &cv) < 0) { plan_free(&plan); return -1; }
+    memset(spec, 0, sizeof *spec);
+    spec->type = TUNE_NONE;
+    spec->num_layers = -1;
+    spec->max_rows = rows;
+    spec->max_tokens = tokens;
+    spec->kv_cache_tokens = kv_tokens;
+    /* F32 and BF16 matrices are used as stored; F16 ones are widened to F32 */
+    spec->weight_dtype = DTYPE_F32;
+    spec->training = false;
+    if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, spec));
+    DType file_dtype;
+    TRY(model_file_dtype(model_dir, &file_dtype));
+    Carver cv = {NULL, plan};
+    TRY(model_layout_dtype(&cfg, spec, file_dtype, &cv));
+    return model_plan_weights(model_dir, &cfg, spec, plan);
+}
+
+int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
+                         int rows, int tokens, int kv_tokens) {
+    MemPlan plan;
+    ModelSpec spec;
+    if (model_plan_inference(&plan, &spec, model_dir, adapter_dir, rows, tokens, kv_tokens) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
     size_t bytes = plan_arena_bytes(&plan);
     plan_free(&plan);
     TRY(arena_init(arena, bytes));

@@ -18,6 +18,12 @@ int adapter_load_file(Model *m, const char *file, bool strict);
 /* (declarations above) */
 #endif
 
+/* The memory plan of a model opened for inference with an optional
+ * adapter (what model_open_inference allocates, plus the weights used in
+ * place from the mapped file), planned for the dtype the safetensors
+ * headers give; reads config.json, adapter_config.json and headers only. */
+int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, const char *adapter_dir,
+                         int rows, int tokens, int kv_tokens);
 /* Opens a model for inference (eval, generate, tests) with an optional
  * adapter: plans the arena for `rows` x `tokens` inputs and a KV cache of
  * kv_tokens (0 = none), creates it, loads weights and the adapter. */

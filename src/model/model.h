@@ -3,7 +3,7 @@
  * the last N blocks, forward and backward of one micro-batch, gradient
  * checkpointing, and incremental decoding with a KV cache.
  *
- * Memory: model_layout() walks every buffer the model will hold for a spec
+ * Memory: model_layout_dtype() walks every buffer the model will hold for a spec
  * (weights converted at load, trainable parameters, gradients, activations,
  * checkpoints, recompute workspace, LM-head chunk, attention workspace, KV
  * cache). With a planning Carver it only records sizes (memory/plan.h); the
@@ -48,8 +48,10 @@ typedef struct {
 
 typedef struct Model Model;
 
-/* Records every buffer of the model for this spec (no file is read). */
-int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv);
+/* The dtype of the model's matrices as the safetensors headers give it
+ * (config.json's torch_dtype / dtype is a label that may be absent or wrong:
+ * every command plans from the headers). Reads headers only. */
+int model_file_dtype(const char *model_dir, DType *out);
 /* The trainable tensors a spec creates (names, shapes, numel; value and
  * grad NULL), without loading anything: the planner sizes the optimizer
  * moments from it. *out is heap (mem_free). */
@@ -94,8 +96,9 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */
-/* model_layout for a known dtype of the file's matrices (model_layout takes
- * it from config.json's torch_dtype; model_load uses the real one). */
+/* Records every buffer of the model for this spec and the dtype of the
+ * file's matrices (model_file_dtype), without reading weights; model_load
+ * carves the arena with the very same walk. */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors

@@ -446,7 +446,9 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     return 0;
 }
 
-/* Planning entry point: the file's dtype is taken from config.json. */
+/* Planning entry point, for the dtype the matrices have in the file (the
+ * safetensors headers: model_file_dtype; config.json's torch_dtype is only
+ * a label and may be absent or wrong). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv) {
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
@@ -465,10 +467,15 @@ int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file
     return rc;
 }
 
-int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv) {
-    DType t = cfg->torch_dtype;
-    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    return model_layout_dtype(cfg, spec, t, cv);
+int model_file_dtype(const char *model_dir, DType *out) {
+    StModel st;
+    TRY(st_model_open(&st, model_dir, true));
+    const StTensor *e = st_model_find(&st, "model.embed_tokens.weight");
+    int rc = 0;
+    if (e) *out = e->dtype;
+    else rc = error_set("%s: tensor model.embed_tokens.weight is missing", model_dir);
+    st_model_close(&st);
+    return rc;
 }
 
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
@@ -500,9 +507,8 @@ int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, Trainabl
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
     m->cfg = *cfg; m->spec = *spec;
-    DType t = cfg->torch_dtype;
-    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    int rc = dims_init(&m->d, cfg, spec, t);
+    /* the trainable tensors are fp32 whatever the file's dtype */
+    int rc = dims_init(&m->d, cfg, spec, DTYPE_F32);
     if (rc == 0) {
         m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
         if (!m->blocks) rc = -1;
