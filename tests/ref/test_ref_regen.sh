@@ -4,6 +4,7 @@
 # expected tensors within 1e-6 relative (float64 sums may round differently
 # with another BLAS), case.json equal apart from the fp32_deviation guide.
 # Catches an edit of gen_refs.py / torch_model.py without a regeneration.
+# Also regenerates tests/ref/muon.json (gen_muon.py): the same bytes.
 # Skipped (passes) when Debian's python with torch is not there.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -11,6 +12,8 @@ PY=/usr/bin/python3
 if ! $PY -c "import torch" 2>/dev/null; then echo "summary: skipped (no torch at $PY)"; exit 0; fi
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 LMTUNE_REF_OUT="$out" $PY tests/ref/gen_refs.py > "$out/log.txt"
+$PY tests/ref/gen_muon.py "$out/muon.json" > /dev/null
+cmp -s "$out/muon.json" tests/ref/muon.json || { echo "tests/ref/muon.json differs from a fresh gen_muon.py"; exit 1; }
 $PY - "$out" <<'PYEOF'
 import json, os, sys
 sys.path.insert(0, "tests/ref")
