@@ -93,7 +93,7 @@ int adapter_config_write(const TrainArgs *a, int iters, const char *dir) {
     json_object_set_new(mlx, "lr_schedule", a->lr_schedule_json ? json_deep_copy(a->lr_schedule_json) : json_null());
     B(mlx, "mask_prompt", a->mask_prompt);
     I(mlx, "max_seq_length", a->max_seq_length);
-    S(mlx, "model", a->model);
+    S(mlx, "model", a->model_name ? a->model_name : a->model);
     I(mlx, "num_layers", a->num_layers);
     S(mlx, "optimizer", a->optimizer);
     json_object_set_new(mlx, "optimizer_config", optimizer_config(a));

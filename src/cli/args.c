@@ -7,10 +7,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/sys.h"
+#include "formats/hf_hub.h"
 
 /* ---- strings read from YAML ---- */
 
@@ -28,6 +30,19 @@ static const char *keep_string(const char *s) {
     char *copy = mem_strdup(s);
     if (copy) g_strings[g_n_strings++] = copy;
     return copy;
+}
+
+const char *args_keep(const char *s) { return keep_string(s); }
+
+int args_resolve_model(const char **model) {
+    if (!*model) return 0;
+    char *dir;
+    TRY(hf_hub_resolve_model(*model, &dir));
+    const char *kept = keep_string(dir);
+    mem_free(dir);
+    TRY_PTR(kept);
+    *model = kept;
+    return 0;
 }
 
 void args_release(void) {
@@ -153,6 +168,10 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
         return 0;
     }
     case ARG_BOOL:
+        return args_parse_bool(where, text, (bool *)field);
+    case ARG_TRUE_FALSE:
+        if (!strcasecmp(text, "true") || !strcasecmp(text, "t")) { *(bool *)field = true; return 0; }
+        if (!strcasecmp(text, "false") || !strcasecmp(text, "f")) { *(bool *)field = false; return 0; }
         return args_parse_bool(where, text, (bool *)field);
     case ARG_SIZE: {
         size_t v;
@@ -404,6 +423,9 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
                 listed[s - t->specs] = true;
             }
             TRY(set_value(s, opts, value, NULL));
+            /* nargs="+": the values that follow, up to the next flag */
+            while (s->type == ARG_STRING_LIST && i + 1 < argc && argv[i + 1][0] != '-')
+                TRY(set_value(s, opts, argv[++i], NULL));
         }
         r->seen[s - t->specs] = true;
     }
@@ -429,6 +451,7 @@ static void default_text(const ArgSpec *s, const void *defaults, char *buf, size
     case ARG_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)f); break;
     case ARG_DOUBLE: snprintf(buf, cap, "%g", *(const double *)f); break;
     case ARG_BOOL: snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off"); break;
+    case ARG_TRUE_FALSE: snprintf(buf, cap, "%s", *(const bool *)f ? "True" : "False"); break;
     case ARG_SIZE: { size_t v = *(const size_t *)f; if (v) snprintf(buf, cap, "%zu bytes", v); else snprintf(buf, cap, "none"); break; }
     case ARG_STRING_LIST: {
         const ArgStringList *list = f;

@@ -26,7 +26,10 @@ typedef enum {
     ARG_CHOICE,     /* const char *, one of `choices` ("lora|dora|full") */
     ARG_SIZE,       /* size_t from "8GB", "7.5GiB", ..., in the spec's range */
     ARG_INT_OR_AUTO,/* int, in the spec's range, or "auto" stored as 0 */
-    ARG_STRING_LIST /* ArgStringList: repeatable, each use appends a value (YAML: a list) */
+    ARG_STRING_LIST,/* ArgStringList: repeatable, each use appends its values (argparse's nargs="+":
+                       `--flag a b` appends a and b; YAML: a list) */
+    ARG_TRUE_FALSE  /* bool that takes a value: true/false, t/f in any case (mlx_lm.generate's
+                       --verbose True|False) */
 } ArgType;
 
 #define ARG_NO_MIN (-1e300)
@@ -91,6 +94,11 @@ void args_print_help(const ArgTable *t, const void *defaults, FILE *out);
 bool args_was_set(const ArgTable *t, const ArgResult *r, const char *name);
 /* Strings read from YAML live until this is called. */
 void args_release(void);
+/* A copy of s that lives as long (until args_release); NULL on no memory. */
+const char *args_keep(const char *s);
+/* --model through the Hugging Face cache (formats/hf_hub.h): *model becomes
+ * the directory (kept as args_keep does). */
+int args_resolve_model(const char **model);
 
 /* Helpers for YAML hooks. */
 const char *args_yaml_scalar(struct yaml_node_s *n);   /* NULL when not a scalar */

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/eval_run.h"
 #include "dist/dist.h"
+#include "formats/hf_hub.h"
 
 typedef struct {
     const char *model, *adapter_path, *data, *chat_template;
@@ -26,7 +27,7 @@ typedef struct {
 
 #define OFF(f) offsetof(EvalArgs, f)
 static const ArgSpec EVAL_SPECS[] = {
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory", NULL, ARG_UNBOUNDED},
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory, or a Hugging Face repo id in the local cache", NULL, ARG_UNBOUNDED},
     {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory (adapter_config.json, adapters.safetensors); none: the base model", NULL, ARG_UNBOUNDED},
     {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with test.jsonl", NULL, ARG_UNBOUNDED},
     {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")},
@@ -73,7 +74,9 @@ int cmd_eval(int argc, char **argv) {
     if (dist_init(&argc, &argv) < 0) die_with_error();
     if (args_parse(&EVAL_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
-    int rc = run_eval(&a);
+    int rc = args_resolve_model(&a.model);
+    if (rc == 0) rc = hf_hub_check_data(a.data);
+    if (rc == 0) rc = run_eval(&a);
     if (rc < 0) fprintf(stderr, "lmtune: error: %s\n", error_message());
     args_release();
     dist_finalize();

@@ -15,13 +15,14 @@
 typedef struct {
     const char *model, *adapter_path, *save_path, *export_peft, *export_gguf;
     size_t max_shard_size;
-    bool no_fuse;
+    bool no_fuse, trust_remote_code;
     ArgResult parsed;
 } FuseArgs;
 
 #define OFF(f) offsetof(FuseArgs, f)
 static const ArgSpec FUSE_SPECS[] = {
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "base model directory", NULL, ARG_UNBOUNDED},
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "base model directory, or a Hugging Face repo id in the local cache",
+     NULL, ARG_UNBOUNDED},
     {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory", NULL, ARG_UNBOUNDED},
     {"save-path", 0, ARG_STRING, OFF(save_path), "DIR", "fused model output", NULL, ARG_UNBOUNDED},
     {"max-shard-size", 0, ARG_SIZE, OFF(max_shard_size), "SIZE", "largest safetensors shard (5GB, 512MB, 2GiB)", NULL,
@@ -29,6 +30,8 @@ static const ArgSpec FUSE_SPECS[] = {
     {"export-peft", 0, ARG_STRING, OFF(export_peft), "DIR", "also write a PEFT adapter (adapter_model.safetensors, adapter_config.json)", NULL, ARG_UNBOUNDED},
     {"export-gguf", 0, ARG_STRING, OFF(export_gguf), "FILE", "also write a GGUF LoRA adapter for llama.cpp (--lora FILE)", NULL, ARG_UNBOUNDED},
     {"no-fuse", 0, ARG_BOOL, OFF(no_fuse), NULL, "only export; do not write the fused model", NULL, ARG_UNBOUNDED},
+    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL,
+     ARG_UNBOUNDED},
 };
 #undef OFF
 static const ArgTable FUSE_TABLE = {
@@ -43,6 +46,8 @@ int cmd_fuse(int argc, char **argv) {
                   .max_shard_size = 5000000000ull};
     if (args_parse(&FUSE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
+    if (a.trust_remote_code) { args_refuse_remote_code(); die_with_error(); }
+    if (args_resolve_model(&a.model) < 0) die_with_error();
     /* what a fuse or export killed inside a save left in its output folders */
     const char *outputs[2] = {a.no_fuse ? NULL : a.save_path, a.export_peft};
     for (int i = 0; i < 2; i++)
@@ -60,5 +65,6 @@ int cmd_fuse(int argc, char **argv) {
         if (export_gguf(a.model, a.adapter_path, a.export_gguf) < 0) die_with_error();
         printf("GGUF adapter saved to %s\n", a.export_gguf);
     }
+    args_release();
     return 0;
 }

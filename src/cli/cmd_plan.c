@@ -43,6 +43,7 @@ static int plan_test_only(TrainArgs *a, RunData *d) {
     TRY(run_data_load_model(d, a));
     DatasetOptions o;
     run_data_options(a, &o);
+    if (d->cfg.n_eos > 0) o.eos_fallback = d->cfg.eos_token_ids[0];
     bool present;
     TRY(dataset_load_split(&d->test, a->data, "test", d->tok, &o, &present));
     d->have_test = true;
@@ -50,7 +51,7 @@ static int plan_test_only(TrainArgs *a, RunData *d) {
     MemPlan plan;
     ModelSpec spec;
     const char *adapter = a->adapter_path && a->adapter_path[0] ? a->adapter_path : NULL;
-    int rc = model_plan_inference(&plan, &spec, a->model, adapter, a->batch_size, width - 1, 0);
+    int rc = model_plan_inference(&plan, &spec, a->model, adapter, a->batch_size, width - 1, 0, 0);
     if (rc == 0) rc = plan_note(&plan, MEM_DATASET, "tokenised test set", dataset_bytes(&d->test), false);
     RunInputs in = {.cfg = &d->cfg, .train = &d->test, .world = 1};
     if (rc == 0) rc = plan_note(&plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured",

@@ -7,6 +7,7 @@
 #include "base/fileio.h"
 #include "data/batching.h"
 #include "dist/dist.h"
+#include "formats/hf_config.h"
 #include "model/adapter_io.h"
 #include "tokenizer/tokenizer.h"
 #include "train/sources.h"
@@ -37,11 +38,17 @@ int eval_run(const EvalRequest *r) {
         if (file_read_all(r->chat_template, 64u << 20, &tmpl, &n) < 0) { error_prefix("--chat-template"); goto out; }
         dopt.chat_template = tmpl;
     }
+    ModelConfig cfg;
+    char *cfg_path = path_join(r->model, "config.json");
+    if (!cfg_path || hf_config_load(&cfg, cfg_path) < 0) { mem_free(cfg_path); goto out; }
+    mem_free(cfg_path);
+    if (cfg.n_eos > 0) dopt.eos_fallback = cfg.eos_token_ids[0];   /* text data, a tokenizer without EOS */
     log_line(r, "Loading datasets");
     if (dataset_load_split(&test, r->data, "test", tok, &dopt, &present) < 0) goto out;
     have_test = true;
+    if (dopt.mask_prompt) dataset_warn_no_targets(&test, r->max_seq_length);
     int width = batch_max_width(&test, r->batch_size, r->max_seq_length);
-    if (model_open_inference(&m, &arena, r->model, adapter, r->batch_size, width - 1, 0) < 0) goto out;
+    if (model_open_inference(&m, &arena, r->model, adapter, r->batch_size, width - 1, 0, 0) < 0) goto out;
     if (data_source_init(&src, NULL, NULL, &test, r->batch_size, r->max_seq_length, dist_rank(), dist_world(),
                          r->seed) < 0)
         goto out;

@@ -28,6 +28,7 @@ int run_data_load_model(RunData *d, const TrainArgs *a) {
 int run_data_load_splits(RunData *d, const TrainArgs *a, int world) {
     DatasetOptions o;
     run_data_options(a, &o);
+    if (d->cfg.n_eos > 0) o.eos_fallback = d->cfg.eos_token_ids[0];
     if (a->chat_template) {
         size_t n;
         if (file_read_all(a->chat_template, 64u << 20, &d->chat_template, &n) < 0)
@@ -41,6 +42,11 @@ int run_data_load_splits(RunData *d, const TrainArgs *a, int world) {
     if (a->test) {
         TRY(dataset_load_split(&d->test, a->data, "test", d->tok, &o, &present));
         d->have_test = true;
+    }
+    if (a->mask_prompt) {
+        dataset_warn_no_targets(&d->train, a->max_seq_length);
+        if (d->have_valid) dataset_warn_no_targets(&d->valid, a->max_seq_length);
+        if (d->have_test) dataset_warn_no_targets(&d->test, a->max_seq_length);
     }
     d->in.cfg = &d->cfg;
     d->in.train = &d->train;

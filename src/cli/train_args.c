@@ -11,13 +11,14 @@
 #include <string.h>
 #include <yaml.h>
 #include "base/error.h"
+#include "formats/hf_hub.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
 #define POS ARG_AT_LEAST(1, "a positive integer")
 #define NONNEG ARG_AT_LEAST(0, "a non-negative integer")
 /* The flags of train, which plan shares. */
 #define TRAIN_FLAG_ROWS \
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory (config.json, *.safetensors, tokenizer.json)", NULL, ARG_UNBOUNDED}, \
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory (config.json, *.safetensors, tokenizer.json) or a Hugging Face repo id in the local cache", NULL, ARG_UNBOUNDED}, \
     {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (the default unless --test is given alone, as mlx_lm.lora)", NULL, ARG_UNBOUNDED}, \
     {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, ARG_UNBOUNDED}, \
     {"fine-tune-type", 0, ARG_CHOICE, OFF(fine_tune_type), "TYPE", "what to train", "lora|dora|full", ARG_UNBOUNDED}, \
@@ -365,6 +366,9 @@ static int parse_with(const ArgTable *t, TrainArgs *a, int argc, char **argv) {
     if (a->resume && a->resume_adapter_file)
         return error_set("--resume and --resume-adapter-file both given: --resume continues the full state in --adapter-path");
     if (!a->model) return error_set("--model is required (a model directory)");
+    a->model_name = a->model;
+    TRY(args_resolve_model(&a->model));
+    TRY(hf_hub_check_data(a->data));
     print_mlx_only_notes(t, a);
     return 0;
 }

@@ -21,7 +21,8 @@ typedef struct {
 
 typedef struct {
     /* MLX-LM's flags */
-    const char *model;
+    const char *model;          /* after parsing: the directory (a repo id resolved in the HF cache) */
+    const char *model_name;     /* --model as given (adapter_config.json's "model") */
     bool train;                 /* after parsing: whether to train (see train_args_parse) */
     const char *data;
     const char *fine_tune_type; /* lora | dora | full */

@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include <stdio.h>
+#include <string.h>
 
 static void add(ModelTensorSpec *s, size_t *k, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1) {
     ModelTensorSpec *t = &s[(*k)++];
@@ -54,6 +55,14 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     return 0;
 }
 
+/* What MLX-LM's models drop before their strict load (sanitize): llama's
+ * and qwen2's precomputed RoPE frequencies, and lm_head.weight of a model
+ * with tied embeddings. */
+static bool sanitized_away(const ModelConfig *c, const char *name) {
+    if (strstr(name, "self_attn.rotary_emb.inv_freq")) return true;
+    return c->tie_word_embeddings && !strcmp(name, "lm_head.weight");
+}
+
 int model_check_tensors(const ModelConfig *c, const StModel *m) {
     ModelTensorSpec *specs;
     size_t n;
@@ -61,6 +70,19 @@ int model_check_tensors(const ModelConfig *c, const StModel *m) {
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = st_model_expect(m, specs[i].name, specs[i].ndim, specs[i].shape, NULL);
+    /* MLX's strict load_weights: a tensor the architecture has no place for
+     * is an error (a qwen3 checkpoint with q_norm/k_norm labelled mistral
+     * would otherwise train without them) */
+    for (size_t f = 0; f < m->n_files && rc == 0; f++)
+        for (size_t t = 0; t < m->files[f].n_tensors && rc == 0; t++) {
+            const char *name = m->files[f].tensors[t].name;
+            bool known = sanitized_away(c, name);
+            for (size_t i = 0; i < n && !known; i++) known = !strcmp(specs[i].name, name);
+            if (!known)
+                rc = error_set("%s: tensor \"%s\" has no place in a %s model as config.json describes it (MLX's "
+                               "strict loading refuses it too: \"Received parameters not in model\"); is model_type "
+                               "right?", m->files[f].path, name, c->model_type);
+        }
     mem_free(specs);
     return rc;
 }

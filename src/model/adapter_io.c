@@ -70,7 +70,7 @@ out:
 }
 
 int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, const char *adapter_dir,
-                         int rows, int tokens, int kv_tokens) {
+                         int rows, int tokens, int kv_tokens, int max_positions) {
     memset(plan, 0, sizeof *plan);
     ModelConfig cfg;
     char *cfg_path = path_join(model_dir, "config.json");
@@ -84,6 +84,7 @@ int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, 
     spec->max_rows = rows;
     spec->max_tokens = tokens;
     spec->kv_cache_tokens = kv_tokens;
+    spec->max_positions = max_positions;
     /* F32 and BF16 matrices are used as stored; F16 ones are widened to F32 */
     spec->weight_dtype = DTYPE_F32;
     spec->training = false;
@@ -96,10 +97,10 @@ int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, 
 }
 
 int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
-                         int rows, int tokens, int kv_tokens) {
+                         int rows, int tokens, int kv_tokens, int max_positions) {
     MemPlan plan;
     ModelSpec spec;
-    if (model_plan_inference(&plan, &spec, model_dir, adapter_dir, rows, tokens, kv_tokens) < 0) {
+    if (model_plan_inference(&plan, &spec, model_dir, adapter_dir, rows, tokens, kv_tokens, max_positions) < 0) {
         plan_free(&plan);
         return -1;
     }

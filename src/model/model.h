@@ -42,8 +42,14 @@ typedef struct {
                                applies to F16 files and to `--weights-dtype`) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
-    int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
+    int kv_cache_tokens;    /* > 0: allocate a KV cache for generation, of this many positions */
+    int max_positions;      /* positions generation may reach; above kv_cache_tokens the cache
+                               rotates (mlx_lm --max-kv-size: the first KV_KEEP positions stay,
+                               the others are overwritten oldest first); 0: kv_cache_tokens */
 } ModelSpec;
+
+/* Positions a rotating KV cache never overwrites (MLX-LM's RotatingKVCache keep=4). */
+#define KV_KEEP 4
 
 
 typedef struct Model Model;
@@ -92,7 +98,9 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 
 /* Generation with the KV cache (spec.kv_cache_tokens > 0): feeds n tokens at
  * positions pos..pos+n-1 of a single sequence and writes the logits (V) of
- * the last one. pos == 0 resets the cache. */
+ * the last one. pos == 0 resets the cache. With a rotating cache a position
+ * attends to the first KV_KEEP positions and the kv_cache_tokens - KV_KEEP
+ * latest ones (itself included). */
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */

@@ -64,7 +64,10 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (d->chunk < 1) d->chunk = 1;
     d->kv_T = spec->kv_cache_tokens;
     d->dec_rows = d->kv_T > 0 ? (d->kv_T < 128 ? d->kv_T : 128) : 0;
-    d->rope_T = imax(d->T, d->kv_T);
+    if (spec->max_positions < 0 || (spec->max_positions > d->kv_T && d->kv_T <= KV_KEEP))
+        return error_set("model: a rotating KV cache needs more than %d positions (got %d)", KV_KEEP, d->kv_T);
+    d->max_pos = imax(d->kv_T, spec->max_positions);
+    d->rope_T = imax(d->T, d->max_pos);
     if (spec->weight_dtype != DTYPE_F32 && spec->weight_dtype != DTYPE_BF16)
         return error_set("model: weight dtype must be F32 or BF16 (got %s)", dtype_name(spec->weight_dtype));
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
