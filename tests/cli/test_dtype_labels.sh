@@ -13,7 +13,8 @@ PY=/usr/bin/python3
 T=$(mktemp -d /tmp/lmtune_dtype_labels.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
+ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
 
 "$BIN" init --preset tiny --layers 1 --out "$T/base" --tokenizer-text demo/data/train.jsonl --vocab-size 300 --seed 5 \
   --init fan-in >/dev/null || { echo "init failed"; exit 1; }
@@ -95,17 +96,21 @@ for kind in F32 BF16 F16; do
     rc=$?; ok '[ $rc -eq 0 ]' "generate, $what: $(tail -1 "$o/gen.err")"
     "$BIN" fuse --model "$m" --adapter-path "$o/ad" --save-path "$o/fused" > "$o/fuse.log" 2>&1
     rc=$?; ok '[ $rc -eq 0 ]' "fuse, $what: $(tail -1 "$o/fuse.log")"
-    "$BIN" generate --model "$o/fused" --prompt "$P" --max-tokens 6 --verbose False > "$o/gen_fused.txt" 2> "$o/genf.err"
+    "$BIN" generate --model "$o/fused" --prompt "$P" --max-tokens 6 --verbose False > "$o/gen_fused.txt" \
+      2> "$o/genf.err"
     rc=$?; ok '[ $rc -eq 0 ]' "generate on the fused model, $what: $(tail -1 "$o/genf.err")"
   done
   # the label changes nothing
   r="$T/o_${kind}_tf32"
   for lab in tbf16 tf16 none dbf16 df32; do
     o="$T/o_${kind}_$lab"
-    ok 'cmp -s "$r/ad/adapters.safetensors" "$o/ad/adapters.safetensors"' "$kind: trained adapter differs with label $lab"
+    ok 'cmp -s "$r/ad/adapters.safetensors" "$o/ad/adapters.safetensors"' \
+       "$kind: trained adapter differs with label $lab"
     ok 'cmp -s "$r/arena.txt" "$o/arena.txt"' "$kind: planned arena differs with label $lab ($(cat "$o/arena.txt"))"
-    ok '[ "$(grep "^Test loss" "$r/eval.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' "$kind: test loss differs with label $lab"
-    ok 'cmp -s "$r/gen.txt" "$o/gen.txt" && cmp -s "$r/gen_fused.txt" "$o/gen_fused.txt"' "$kind: generated text differs with label $lab"
+    ok '[ "$(grep "^Test loss" "$r/eval.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+       "$kind: test loss differs with label $lab"
+    ok 'cmp -s "$r/gen.txt" "$o/gen.txt" && cmp -s "$r/gen_fused.txt" "$o/gen_fused.txt"' \
+       "$kind: generated text differs with label $lab"
     ok 'cmp -s "$r/fused/model.safetensors" "$o/fused/model.safetensors"' "$kind: fused weights differ with label $lab"
   done
 done

@@ -21,7 +21,8 @@ PY=/usr/bin/python3
 T=$(mktemp -d /tmp/lmtune_mlx_parity.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
+ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
 listing() { (cd "$1" && find . -type f | sort | xargs md5sum); }
 
 "$BIN" init --preset tiny --layers 2 --out "$T/m" --tokenizer-text demo/data/train.jsonl --vocab-size 300 --seed 3 \
@@ -41,35 +42,48 @@ ok '[ $rc -eq 0 ]' "train --train: $(tail -1 "$T/train.log")"
 listing "$T/a" > "$T/before.txt"
 "$BIN" train --model "$T/m" --adapter-path "$T/a" --data "$T/d" --test "${common[@]}" > "$T/test.log" 2> "$T/test.err"
 rc=$?
-ok '[ $rc -eq 0 ] && grep -Eq "^Test loss [0-9.]+, Test ppl [0-9.]+\.$" "$T/test.log"' "LORA.md's evaluate command: $(cat "$T/test.err")"
-ok '! grep -q "^Iter\|^Starting training\|^Trainable parameters\|^Training$" "$T/test.log"' "--test alone trains nothing"
+ok '[ $rc -eq 0 ] && grep -Eq "^Test loss [0-9.]+, Test ppl [0-9.]+\.$" "$T/test.log"' \
+   "LORA.md's evaluate command: $(cat "$T/test.err")"
+ok '! grep -q "^Iter\|^Starting training\|^Trainable parameters\|^Training$" "$T/test.log"' \
+   "--test alone trains nothing"
 ok 'listing "$T/a" | cmp -s - "$T/before.txt"' "--test alone writes nothing in the adapter directory"
-ok '[ "$(grep -c . "$T/test.log")" -eq 4 ] && [ "$(sed -n 1p "$T/test.log")" = "Loading pretrained model" ] && [ "$(sed -n 2p "$T/test.log")" = "Loading datasets" ] && [ "$(sed -n 3p "$T/test.log")" = "Testing" ]' "MLX-LM's lines of an evaluation: $(tr '\n' '|' < "$T/test.log")"
+ok '[ "$(grep -c . "$T/test.log")" -eq 4 ] && [ "$(sed -n 1p "$T/test.log")" = "Loading pretrained model" ] &&
+    [ "$(sed -n 2p "$T/test.log")" = "Loading datasets" ] && [ "$(sed -n 3p "$T/test.log")" = "Testing" ]' \
+   "MLX-LM's lines of an evaluation: $(tr '\n' '|' < "$T/test.log")"
 "$BIN" eval --model "$T/m" --adapter-path "$T/a" --data "$T/d" "${common[@]}" > "$T/eval.log" 2>&1
-ok '[ "$(grep "^Test loss" "$T/eval.log")" = "$(grep "^Test loss" "$T/test.log")" ]' "train --test equals eval with the adapter"
+ok '[ "$(grep "^Test loss" "$T/eval.log")" = "$(grep "^Test loss" "$T/test.log")" ]' \
+   "train --test equals eval with the adapter"
 # adapter_config.json's num_layers (-1: both blocks) wins over the command line's --num-layers
 "$BIN" train --model "$T/m" --adapter-path "$T/a" --data "$T/d" --test --num-layers 1 "${common[@]}" > "$T/nl.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$T/nl.log")" = "$(grep "^Test loss" "$T/test.log")" ]' "--num-layers does not override the adapter's: $(tail -1 "$T/nl.log")"
+ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$T/nl.log")" = "$(grep "^Test loss" "$T/test.log")" ]' \
+   "--num-layers does not override the adapter's: $(tail -1 "$T/nl.log")"
 printf 'train: false\ntest: true\nbatch_size: 2\nmax_seq_length: 64\n' > "$T/evaluate.yaml"
 "$BIN" train --model "$T/m" --adapter-path "$T/a" --data "$T/d" -c "$T/evaluate.yaml" > "$T/yaml_test.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$T/yaml_test.log")" = "$(grep "^Test loss" "$T/test.log")" ] && listing "$T/a" | cmp -s - "$T/before.txt"' "YAML train: false, test: true evaluates, writes nothing"
+ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$T/yaml_test.log")" = "$(grep "^Test loss" "$T/test.log")" ] &&
+    listing "$T/a" | cmp -s - "$T/before.txt"' \
+   "YAML train: false, test: true evaluates, writes nothing"
 ok 'grep -q "\"train\": true" "$T/a/adapter_config.json"' "adapter_config.json still says train: true"
 # an empty --adapter-path tests the base model (lora.py: "Allow testing without LoRA layers")
 "$BIN" train --model "$T/m" --adapter-path "" --data "$T/d" --test "${common[@]}" > "$T/base_test.log" 2>&1
 "$BIN" eval --model "$T/m" --data "$T/d" "${common[@]}" > "$T/base_eval.log" 2>&1
-ok '[ "$(grep "^Test loss" "$T/base_test.log")" = "$(grep "^Test loss" "$T/base_eval.log")" ] && [ -n "$(grep "^Test loss" "$T/base_eval.log")" ]' "--adapter-path \"\" --test: the base model"
+ok '[ "$(grep "^Test loss" "$T/base_test.log")" = "$(grep "^Test loss" "$T/base_eval.log")" ] &&
+    [ -n "$(grep "^Test loss" "$T/base_eval.log")" ]' \
+   "--adapter-path \"\" --test: the base model"
 printf 'train: false\n' > "$T/neither.yaml"
 "$BIN" train --model "$T/m" --data "$T/d" -c "$T/neither.yaml" > "$T/neither.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "Must provide at least one of --train or --test" "$T/neither.log"' "neither train nor test: MLX-LM's error"
+ok '[ $rc -eq 1 ] && grep -q "Must provide at least one of --train or --test" "$T/neither.log"' \
+   "neither train nor test: MLX-LM's error"
 "$BIN" train --model "$T/m" --adapter-path "$T/nope" --data "$T/d" --test "${common[@]}" > "$T/noad.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "The adapter path does not exist: $T/nope" "$T/noad.log"' "a missing adapter: MLX-LM's message"
+ok '[ $rc -eq 1 ] && grep -q "The adapter path does not exist: $T/nope" "$T/noad.log"' \
+   "a missing adapter: MLX-LM's message"
 "$BIN" plan --model "$T/m" --adapter-path "$T/a" --data "$T/d" --test "${common[@]}" > "$T/plan_test.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && grep -q "^Evaluation only" "$T/plan_test.log" && grep -q "^Planned peak" "$T/plan_test.log"' "plan of an evaluation-only run"
+ok '[ $rc -eq 0 ] && grep -q "^Evaluation only" "$T/plan_test.log" && grep -q "^Planned peak" "$T/plan_test.log"' \
+   "plan of an evaluation-only run"
 
 # ---- 4. data keys ----
 mkdir -p "$T/dq" "$T/dt" "$T/dc"
@@ -89,18 +103,24 @@ with open(root + "/dc/train.jsonl", "w") as f:
                                      {"role": "assistant", "content": d["completion"]}]}) + "\n")
 PY
 printf 'prompt_feature: question\ncompletion_feature: answer\n' > "$T/keys.yaml"
-"$BIN" train --model "$T/m" --data "$T/dq" -c "$T/keys.yaml" --iters 2 --adapter-path "$T/aq" "${tr[@]}" > "$T/dq.log" 2>&1
+"$BIN" train --model "$T/m" --data "$T/dq" -c "$T/keys.yaml" --iters 2 --adapter-path "$T/aq" "${tr[@]}" \
+  > "$T/dq.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && grep -q "^Iter 2: Train loss" "$T/dq.log"' "YAML prompt_feature / completion_feature: $(tail -1 "$T/dq.log")"
-ok 'grep -q "\"prompt_feature\": \"question\"" "$T/aq/adapter_config.json"' "the data keys are written to adapter_config.json"
+ok '[ $rc -eq 0 ] && grep -q "^Iter 2: Train loss" "$T/dq.log"' \
+   "YAML prompt_feature / completion_feature: $(tail -1 "$T/dq.log")"
+ok 'grep -q "\"prompt_feature\": \"question\"" "$T/aq/adapter_config.json"' \
+   "the data keys are written to adapter_config.json"
 "$BIN" train --model "$T/m" --data "$T/dq" --iters 2 --adapter-path "$T/aq2" "${tr[@]}" > "$T/dq2.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "Unsupported data format" "$T/dq2.log"' "without the keys: MLX-LM's unsupported-format error"
-"$BIN" train --model "$T/m" --data "$T/dt" --text-feature body --iters 2 --adapter-path "$T/at" "${tr[@]}" > "$T/dt.log" 2>&1
+ok '[ $rc -eq 1 ] && grep -q "Unsupported data format" "$T/dq2.log"' \
+   "without the keys: MLX-LM's unsupported-format error"
+"$BIN" train --model "$T/m" --data "$T/dt" --text-feature body --iters 2 --adapter-path "$T/at" "${tr[@]}" \
+  > "$T/dt.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ]' "--text-feature: $(tail -1 "$T/dt.log")"
 printf 'chat_feature: conv\n' > "$T/chat.yaml"
-"$BIN" train --model "$T/m" --data "$T/dc" -c "$T/chat.yaml" --iters 2 --adapter-path "$T/ac" "${tr[@]}" > "$T/dc.log" 2>&1
+"$BIN" train --model "$T/m" --data "$T/dc" -c "$T/chat.yaml" --iters 2 --adapter-path "$T/ac" "${tr[@]}" \
+  > "$T/dc.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ]' "YAML chat_feature: $(tail -1 "$T/dc.log")"
 
@@ -117,14 +137,22 @@ for line in "Loading configuration file $T/lr.yaml" "Loading pretrained model" "
             "Loading fine-tuned weights from $T/a/adapters.safetensors"; do
   ok 'grep -qxF "$line" "$T/out7.log"' "stdout lacks \"$line\""
 done
-ok 'grep -q "^\[WARNING\] Some sequences are longer than 20 tokens. The longest sentence [0-9]* will be truncated to 20. Consider pre-splitting your data to save memory.$" "$T/out7.log"' "the truncation [WARNING] on stdout"
-ok '[ "$(grep -n "^Loading pretrained model$" "$T/out7.log" | cut -d: -f1)" -lt "$(grep -n "^Loading datasets$" "$T/out7.log" | cut -d: -f1)" ] && [ "$(grep -n "^Training$" "$T/out7.log" | cut -d: -f1)" -lt "$(grep -n "^Starting training" "$T/out7.log" | cut -d: -f1)" ]' "the lines in MLX-LM's order"
+trunc="^\[WARNING\] Some sequences are longer than 20 tokens. The longest sentence [0-9]* will be truncated to 20."
+trunc="$trunc Consider pre-splitting your data to save memory.\$"
+ok 'grep -q "$trunc" "$T/out7.log"' \
+   "the truncation [WARNING] on stdout"
+at() { grep -n "$1" "$T/out7.log" | head -1 | cut -d: -f1; }
+ok '[ "$(at "^Loading pretrained model$")" -lt "$(at "^Loading datasets$")" ] &&
+    [ "$(at "^Loading datasets$")" -lt "$(at "^Training$")" ] &&
+    [ "$(at "^Training$")" -lt "$(at "^Starting training")" ]' \
+   "the lines in MLX-LM's order"
 # It/sec of the short last window (iteration 5, one step) follows MLX: steps_per_report / time,
 # so Tokens/sec / It/sec = the window's tokens / steps_per_report
 $PY - "$T/out7.log" > "$T/itsec.txt" <<'PY'
 import re, sys
 rows = [tuple(map(float, m.groups())) for m in
-        re.finditer(r"^Iter (\d+): Train loss [\d.]+, Learning Rate [\d.e+-]+, It/sec ([\d.]+), Tokens/sec ([\d.]+), Trained Tokens (\d+)",
+        re.finditer(r"^Iter (\d+): Train loss [\d.]+, Learning Rate [\d.e+-]+, It/sec ([\d.]+), "
+                    r"Tokens/sec ([\d.]+), Trained Tokens (\d+)",
                     open(sys.argv[1]).read(), re.M)]
 it, its, toks, trained = rows[-1]
 window = trained - rows[-2][3]
@@ -133,19 +161,26 @@ PY
 ok 'grep -qx ok "$T/itsec.txt"' "It/sec of the last window: $(cat "$T/itsec.txt")"
 
 # ---- 8. MLX-only options, the same note from the command line and YAML; remote code refused ----
+notes="^\[WARNING\] \(report_to\|project_name\|clear_cache\)"
 "$BIN" train --model "$T/m" --data "$T/d" --iters 1 --adapter-path "$T/a8" "${tr[@]}" --report-to wandb \
   --project-name proj --clear-cache-threshold 1GB > "$T/cli8.log" 2>&1
 rc_cli=$?
 printf 'report_to: wandb\nproject_name: proj\nclear_cache_threshold: 1GB\n' > "$T/mlx_only.yaml"
-"$BIN" train --model "$T/m" --data "$T/d" --iters 1 --adapter-path "$T/a8y" "${tr[@]}" -c "$T/mlx_only.yaml" > "$T/yaml8.log" 2>&1
+"$BIN" train --model "$T/m" --data "$T/d" --iters 1 --adapter-path "$T/a8y" "${tr[@]}" -c "$T/mlx_only.yaml" \
+  > "$T/yaml8.log" 2>&1
 rc_yaml=$?
 ok '[ $rc_cli -eq 0 ] && [ $rc_yaml -eq 0 ]' "accepted on the command line and in YAML ($(tail -1 "$T/cli8.log"))"
-ok '[ "$(grep -c "^\[WARNING\] \(report_to\|project_name\|clear_cache_threshold\) " "$T/cli8.log")" -eq 3 ] && [ "$(grep "^\[WARNING\] \(report_to\|project_name\|clear_cache\)" "$T/cli8.log")" = "$(grep "^\[WARNING\] \(report_to\|project_name\|clear_cache\)" "$T/yaml8.log")" ]' "one note each, the same in both places"
-ok 'grep -q "report_to wandb: lmtune reports to no service; --metrics-file FILE" "$T/cli8.log" && grep -q "report.html" "$T/cli8.log"' "the note says what lmtune does instead"
+ok '[ "$(grep -c "^\[WARNING\] \(report_to\|project_name\|clear_cache_threshold\) " "$T/cli8.log")" -eq 3 ] &&
+    [ "$(grep "$notes" "$T/cli8.log")" = "$(grep "$notes" "$T/yaml8.log")" ]' \
+   "one note each, the same in both places"
+ok 'grep -q "report_to wandb: lmtune reports to no service; --metrics-file FILE" "$T/cli8.log" &&
+    grep -q "report.html" "$T/cli8.log"' \
+   "the note says what lmtune does instead"
 for cmd in "train --data $T/d" "plan --data $T/d" "eval --data $T/d" "generate" "fuse --adapter-path $T/a"; do
   "$BIN" $cmd --model "$T/m" --trust-remote-code > "$T/trc.log" 2>&1
   rc=$?
-  ok '[ $rc -eq 1 ] && grep -q "lmtune runs no model code" "$T/trc.log" && [ "$(wc -l < "$T/trc.log")" -eq 1 ]' "--trust-remote-code refused by ${cmd%% *}: $(cat "$T/trc.log")"
+  ok '[ $rc -eq 1 ] && grep -q "lmtune runs no model code" "$T/trc.log" && [ "$(wc -l < "$T/trc.log")" -eq 1 ]' \
+     "--trust-remote-code refused by ${cmd%% *}: $(cat "$T/trc.log")"
 done
 printf 'trust_remote_code: true\n' > "$T/trc.yaml"
 "$BIN" train --model "$T/m" --data "$T/d" -c "$T/trc.yaml" > "$T/trc.log" 2>&1
@@ -167,18 +202,23 @@ ours = keys[len(mlx):]
 problems = []
 if keys[:len(mlx)] != mlx: problems.append("MLX-LM keys: %r" % keys[:len(mlx)])
 if ours != sorted(ours) or not ours: problems.append("lmtune's keys: %r" % ours)
-if d["optimizer_config"] != {"adam": {}, "adamw": {}, "muon": {}, "sgd": {}, "adafactor": {}}: problems.append("optimizer_config")
+if d["optimizer_config"] != {"adam": {}, "adamw": {}, "muon": {}, "sgd": {}, "adafactor": {}}:
+    problems.append("optimizer_config")
 if d["lora_parameters"] != {"rank": 8, "dropout": 0.0, "scale": 20.0}: problems.append("lora_parameters")
 if d["train"] is not True or d["report_to"] is not None or d["clear_cache_threshold"] != 0: problems.append("values")
 if not text.startswith('{\n    "adapter_path"'): problems.append("4-space indent")
 print("ok" if not problems else "; ".join(problems))
 PY
 ok 'grep -qx ok "$T/keys9.txt"' "adapter_config.json: $(cat "$T/keys9.txt")"
-printf 'optimizer: adamw\noptimizer_config:\n  adamw:\n    weight_decay: 0.05\nlr_schedule:\n  name: cosine_decay\n  warmup: 2\n  arguments: [1e-4, 10]\n' > "$T/opt.yaml"
-"$BIN" train --model "$T/m" --data "$T/d" -c "$T/opt.yaml" --iters 1 --adapter-path "$T/a9" "${tr[@]}" > "$T/a9.log" 2>&1
+printf 'optimizer: adamw\noptimizer_config:\n  adamw:\n    weight_decay: 0.05\n' > "$T/opt.yaml"
+printf 'lr_schedule:\n  name: cosine_decay\n  warmup: 2\n  arguments: [1e-4, 10]\n' >> "$T/opt.yaml"
+"$BIN" train --model "$T/m" --data "$T/d" -c "$T/opt.yaml" --iters 1 --adapter-path "$T/a9" "${tr[@]}" \
+  > "$T/a9.log" 2>&1
 $PY -c "
 import json, sys; d = json.load(open(sys.argv[1]))
-print('ok' if d['optimizer_config'] == {'adamw': {'weight_decay': 0.05}} and d['lr_schedule'] == {'name': 'cosine_decay', 'warmup': 2, 'arguments': [1e-4, 10]} and d['clear_cache_threshold'] == 0 else d)" "$T/a9/adapter_config.json" > "$T/opt9.txt"
+print('ok' if d['optimizer_config'] == {'adamw': {'weight_decay': 0.05}} and
+      d['lr_schedule'] == {'name': 'cosine_decay', 'warmup': 2, 'arguments': [1e-4, 10]} and
+      d['clear_cache_threshold'] == 0 else d)" "$T/a9/adapter_config.json" > "$T/opt9.txt"
 ok 'grep -qx ok "$T/opt9.txt"' "optimizer_config and lr_schedule as the YAML gave them: $(cat "$T/opt9.txt")"
 # an adapter_config.json as MLX-LM HEAD writes it works as a -c config file
 cat > "$T/mlx_written.json" <<JSON
@@ -193,7 +233,8 @@ cat > "$T/mlx_written.json" <<JSON
 JSON
 "$BIN" train --model "$T/m" -c "$T/mlx_written.json" --num-layers 2 --threads 1 > "$T/mlxc.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && [ -f "$T/a9b/adapters.safetensors" ] && ! grep -q "WARNING" "$T/mlxc.log"' "MLX-LM's adapter_config.json as the config file: $(tail -1 "$T/mlxc.log")"
+ok '[ $rc -eq 0 ] && [ -f "$T/a9b/adapters.safetensors" ] && ! grep -q "WARNING" "$T/mlxc.log"' \
+   "MLX-LM's adapter_config.json as the config file: $(tail -1 "$T/mlxc.log")"
 
 # ---- 10. repo ids from the Hugging Face cache ----
 snap="$T/hf/hub/models--TestOrg--Tiny-LM/snapshots/0123456789abcdef"
@@ -203,14 +244,18 @@ printf '0123456789abcdef' > "$T/hf/hub/models--TestOrg--Tiny-LM/refs/main"
 "$BIN" generate --model "$T/m" -m 4 --verbose False > "$T/gen_dir.txt" 2>&1
 HF_HOME="$T/hf" "$BIN" generate --model TestOrg/Tiny-LM -m 4 --verbose False > "$T/gen_hf_home.txt" 2>&1
 ok 'cmp -s "$T/gen_dir.txt" "$T/gen_hf_home.txt"' "HF_HOME/hub: $(cat "$T/gen_hf_home.txt")"
-HF_HOME=/nonexistent HF_HUB_CACHE="$T/hf/hub" "$BIN" generate --model TestOrg/Tiny-LM -m 4 --verbose False > "$T/gen_hub_cache.txt" 2>&1
+HF_HOME=/nonexistent HF_HUB_CACHE="$T/hf/hub" "$BIN" generate --model TestOrg/Tiny-LM -m 4 --verbose False \
+  > "$T/gen_hub_cache.txt" 2>&1
 ok 'cmp -s "$T/gen_dir.txt" "$T/gen_hub_cache.txt"' "HF_HUB_CACHE wins: $(cat "$T/gen_hub_cache.txt")"
 mkdir -p "$T/home/.cache/huggingface"; ln -s "$T/hf/hub" "$T/home/.cache/huggingface/hub"
-(unset HF_HOME HF_HUB_CACHE; HOME="$T/home" "$BIN" generate --model TestOrg/Tiny-LM -m 4 --verbose False) > "$T/gen_home.txt" 2>&1
+(unset HF_HOME HF_HUB_CACHE; HOME="$T/home" "$BIN" generate --model TestOrg/Tiny-LM -m 4 --verbose False) \
+  > "$T/gen_home.txt" 2>&1
 ok 'cmp -s "$T/gen_dir.txt" "$T/gen_home.txt"' "~/.cache/huggingface/hub: $(cat "$T/gen_home.txt")"
-HF_HOME="$T/hf" "$BIN" train --model TestOrg/Tiny-LM --data "$T/d" --iters 1 --adapter-path "$T/a10" "${tr[@]}" > "$T/hf_train.log" 2>&1
+HF_HOME="$T/hf" "$BIN" train --model TestOrg/Tiny-LM --data "$T/d" --iters 1 --adapter-path "$T/a10" "${tr[@]}" \
+  > "$T/hf_train.log" 2>&1
 rc=$?
-ok '[ $rc -eq 0 ] && grep -q "\"model\": \"TestOrg/Tiny-LM\"" "$T/a10/adapter_config.json"' "train --model ORG/NAME; adapter_config.json keeps the name: $(tail -1 "$T/hf_train.log")"
+ok '[ $rc -eq 0 ] && grep -q "\"model\": \"TestOrg/Tiny-LM\"" "$T/a10/adapter_config.json"' \
+   "train --model ORG/NAME; adapter_config.json keeps the name: $(tail -1 "$T/hf_train.log")"
 HF_HOME="$T/hf" "$BIN" eval --model TestOrg/Tiny-LM --data "$T/d" "${common[@]}" > "$T/hf_eval.log" 2>&1
 ok '[ "$(grep "^Test loss" "$T/hf_eval.log")" = "$(grep "^Test loss" "$T/base_eval.log")" ]' "eval --model ORG/NAME"
 HF_HOME="$T/hf" "$BIN" fuse --model TestOrg/Tiny-LM --adapter-path "$T/a10" --save-path "$T/f10" > "$T/hf_fuse.log" 2>&1
@@ -218,14 +263,18 @@ rc=$?
 ok '[ $rc -eq 0 ] && [ -f "$T/f10/model.safetensors" ]' "fuse --model ORG/NAME: $(tail -1 "$T/hf_fuse.log")"
 HF_HOME="$T/hf" "$BIN" generate --model TestOrg/Missing -m 4 > "$T/missing.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && [ "$(wc -l < "$T/missing.log")" -eq 1 ] && grep -q "TestOrg/Missing: not a local directory, and not in the Hugging Face cache" "$T/missing.log" && grep -q "hf download TestOrg/Missing" "$T/missing.log"' "a repo id not in the cache: $(cat "$T/missing.log")"
+ok '[ $rc -eq 1 ] && [ "$(wc -l < "$T/missing.log")" -eq 1 ] &&
+    grep -q "TestOrg/Missing: not a local directory, and not in the Hugging Face cache" "$T/missing.log" &&
+    grep -q "hf download TestOrg/Missing" "$T/missing.log"' \
+   "a repo id not in the cache: $(cat "$T/missing.log")"
 "$BIN" train --model "$T/m" --data mlx-community/WikiSQL --iters 1 > "$T/hfdata.log" 2>&1
 rc=$?
 ok '[ $rc -eq 1 ] && grep -q "must be exported first" "$T/hfdata.log"' "--data ORG/NAME: $(cat "$T/hfdata.log")"
 printf 'hf_dataset:\n  path: mlx-community/WikiSQL\n' > "$T/hfds.yaml"
 "$BIN" train --model "$T/m" --data "$T/d" -c "$T/hfds.yaml" > "$T/hfds.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "hf_dataset: lmtune reads local JSONL files only; export" "$T/hfds.log"' "YAML hf_dataset: $(cat "$T/hfds.log")"
+ok '[ $rc -eq 1 ] && grep -q "hf_dataset: lmtune reads local JSONL files only; export" "$T/hfds.log"' \
+   "YAML hf_dataset: $(cat "$T/hfds.log")"
 
 # ---- 11. silent mismatches ----
 $PY - "$T/m/config.json" "$T/q3config.json" <<'PY'
@@ -233,21 +282,26 @@ import json, sys
 c = json.load(open(sys.argv[1])); c["model_type"] = "qwen3"; c["architectures"] = ["Qwen3ForCausalLM"]
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
-"$BIN" init --config "$T/q3config.json" --out "$T/q3" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null 2>&1
+"$BIN" init --config "$T/q3config.json" --out "$T/q3" --tokenizer-text demo/data/train.jsonl \
+  --vocab-size 300 >/dev/null 2>&1
 cp -r "$T/q3" "$T/q3_as_mistral"
 $PY -c "
-import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['model_type'] = 'mistral'; c['architectures'] = ['MistralForCausalLM']
+import json, sys; p = sys.argv[1]; c = json.load(open(p))
+c['model_type'] = 'mistral'; c['architectures'] = ['MistralForCausalLM']
 json.dump(c, open(p, 'w'), indent=2)" "$T/q3_as_mistral/config.json"
 "$BIN" train --model "$T/q3_as_mistral" --data "$T/d" --iters 1 --adapter-path "$T/a11" "${tr[@]}" > "$T/q3m.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "tensor \"model.layers.0.self_attn.k_norm.weight\" has no place in a mistral model" "$T/q3m.log"' "a qwen3 checkpoint labelled mistral is refused: $(tail -1 "$T/q3m.log")"
+ok '[ $rc -eq 1 ] &&
+    grep -q "tensor \"model.layers.0.self_attn.k_norm.weight\" has no place in a mistral model" "$T/q3m.log"' \
+   "a qwen3 checkpoint labelled mistral is refused: $(tail -1 "$T/q3m.log")"
 "$BIN" train --model "$T/q3" --data "$T/d" --iters 1 --adapter-path "$T/a11q" "${tr[@]}" > "$T/q3.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ]' "the same checkpoint as qwen3 trains: $(tail -1 "$T/q3.log")"
 printf 'lora_parameters:\n  keys: []\n' > "$T/nokeys.yaml"
 "$BIN" train --model "$T/m" --data "$T/d" -c "$T/nokeys.yaml" > "$T/nokeys.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "lora_parameters.keys: an empty list puts LoRA on no layer" "$T/nokeys.log"' "keys: [] refused: $(cat "$T/nokeys.log")"
+ok '[ $rc -eq 1 ] && grep -q "lora_parameters.keys: an empty list puts LoRA on no layer" "$T/nokeys.log"' \
+   "keys: [] refused: $(cat "$T/nokeys.log")"
 mkdir -p "$T/dl"
 $PY - "$T/dl/train.jsonl" <<'PY'
 import json, sys
@@ -259,22 +313,33 @@ with open(sys.argv[1], "w") as f:
 PY
 "$BIN" train --model "$T/m" --data "$T/dl" --mask-prompt --max-seq-length 24 --iters 1 --batch-size 2 --threads 1 \
   --adapter-path "$T/a11m" > "$T/mask.log" 2>&1
-ok 'grep -q "^\[WARNING\] $T/dl/train.jsonl: 4 of 6 examples have no target left: their prompt is at least --max-seq-length 24 tokens" "$T/mask.log"' "--mask-prompt with completions cut away warns: $(grep WARNING "$T/mask.log" | head -2)"
+lost="^\[WARNING\] $T/dl/train.jsonl: 4 of 6 examples have no target left:"
+lost="$lost their prompt is at least --max-seq-length 24 tokens"
+ok 'grep -q "$lost" "$T/mask.log"' \
+   "--mask-prompt with completions cut away warns: $(grep WARNING "$T/mask.log" | head -2)"
 "$BIN" train --model "$T/m" --data "$T/d" --resume-adapter-file "$T/a" --iters 1 "${tr[@]}" > "$T/radir.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "resume-adapter-file $T/a: is a directory; it must be an adapter file such as $T/a/adapters.safetensors" "$T/radir.log"' "--resume-adapter-file DIR: $(cat "$T/radir.log")"
+ok '[ $rc -eq 1 ] &&
+    grep -q "resume-adapter-file $T/a: is a directory; it must be an adapter file such as $T/a/" "$T/radir.log"' \
+   "--resume-adapter-file DIR: $(cat "$T/radir.log")"
 
 # ---- 12. a flag value that is the next flag ----
+want12="lmtune: error: --export-gguf: expected a value, got the flag --no-fuse"
+want12="$want12 (write --export-gguf=--no-fuse for a value that starts with --)"
 (cd "$T" && "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --export-gguf --no-fuse) > "$T/f12.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && [ ! -e "$T/--no-fuse" ] && grep -qx "lmtune: error: --export-gguf: expected a value, got the flag --no-fuse (write --export-gguf=--no-fuse for a value that starts with --)" "$T/f12.log"' "--export-gguf --no-fuse: $(cat "$T/f12.log")"
+ok '[ $rc -eq 1 ] && [ ! -e "$T/--no-fuse" ] &&
+    grep -qx "$want12" "$T/f12.log"' \
+   "--export-gguf --no-fuse: $(cat "$T/f12.log")"
 "$BIN" train --model "$T/m" --data "$T/d" --adapter-path --iters 1 > "$T/t12.log" 2>&1
 rc=$?
-ok '[ $rc -eq 1 ] && grep -q "adapter-path: expected a value, got the flag --iters" "$T/t12.log"' "train --adapter-path --iters"
+ok '[ $rc -eq 1 ] && grep -q "adapter-path: expected a value, got the flag --iters" "$T/t12.log"' \
+   "train --adapter-path --iters"
 (cd "$T" && "$BIN" train --model "$T/m" --data "$T/d" --adapter-path=--odd --iters 1 "${tr[@]}") > "$T/t12b.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ] && [ -f "$T/--odd/adapters.safetensors" ]' "--adapter-path=--odd is a value: $(tail -1 "$T/t12b.log")"
-"$BIN" train --model "$T/m" --data "$T/d" --num-layers -1 --iters 1 --adapter-path "$T/a12" "${tr[@]}" > "$T/t12c.log" 2>&1
+"$BIN" train --model "$T/m" --data "$T/d" --num-layers -1 --iters 1 --adapter-path "$T/a12" "${tr[@]}" \
+  > "$T/t12c.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ]' "a negative number is a value: $(tail -1 "$T/t12c.log")"
 

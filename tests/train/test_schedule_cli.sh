@@ -12,13 +12,19 @@ PY=/usr/bin/python3
 T=$(mktemp -d /tmp/lmtune_schedule_cli.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
-if ! "$PY" -c "import numpy" 2>/dev/null; then echo "SKIP: $PY with numpy is needed (scripts/install-deps.sh)"; exit 77; fi
+# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
+ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+if ! "$PY" -c "import numpy" 2>/dev/null; then
+  echo "SKIP: $PY with numpy is needed (scripts/install-deps.sh)"
+  exit 77
+fi
 
 "$PY" tests/train/mlx_schedules.py > "$T/expected" || { echo "mlx_schedules.py failed"; exit 1; }
-ok 'cmp -s "$T/expected" tests/train/mlx_schedules.expected' "mlx_schedules.py output equals the committed mlx_schedules.expected"
+ok 'cmp -s "$T/expected" tests/train/mlx_schedules.expected' \
+   "mlx_schedules.py output equals the committed mlx_schedules.expected"
 
-"$BIN" init --preset tiny --layers 1 --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null \
+"$BIN" init --preset tiny --layers 1 --out "$T/model" --tokenizer-text demo/data/train.jsonl \
+  --vocab-size 300 >/dev/null \
   || { echo "init failed"; exit 1; }
 mkdir -p "$T/data"
 head -n 8 demo/data/train.jsonl > "$T/data/train.jsonl"
