@@ -124,6 +124,24 @@ printf 'chat_feature: conv\n' > "$T/chat.yaml"
 rc=$?
 ok '[ $rc -eq 0 ]' "YAML chat_feature: $(tail -1 "$T/dc.log")"
 
+# ---- 5. --optimizer muon (the numerics: tests/train/test_optimizer.c against PyTorch) ----
+printf 'optimizer: muon\nlearning_rate: 0.02\noptimizer_config:\n  muon:\n    momentum: 0.9\n' > "$T/muon.yaml"
+"$BIN" train --model "$T/m" --data "$T/d" -c "$T/muon.yaml" --iters 8 --steps-per-eval 8 --adapter-path "$T/mu" \
+  "${tr[@]}" > "$T/muon.log" 2>&1
+rc=$?
+v1=$(sed -n 's/^Iter 1: Val loss \([0-9.]*\),.*/\1/p' "$T/muon.log")
+v8=$(sed -n 's/^Iter 8: Val loss \([0-9.]*\),.*/\1/p' "$T/muon.log")
+ok '[ $rc -eq 0 ] && [ -n "$v1" ] && [ -n "$v8" ] && awk -v a="$v1" -v b="$v8" "BEGIN { exit !(b < a) }"' \
+   "muon trains: validation loss $v1 -> $v8 ($(tail -1 "$T/muon.log"))"
+ok 'grep -q "\"muon\": {" "$T/mu/adapter_config.json" && grep -q "\"momentum\": 0.9" "$T/mu/adapter_config.json"' \
+   "optimizer_config.muon in adapter_config.json as given"
+"$BIN" train --model "$T/m" --data "$T/d" -c "$T/muon.yaml" --iters 4 --steps-per-eval 8 --adapter-path "$T/mu2" \
+  "${tr[@]}" > /dev/null 2>&1
+"$BIN" train --model "$T/m" --data "$T/d" -c "$T/muon.yaml" --iters 8 --steps-per-eval 8 --adapter-path "$T/mu2" \
+  --resume "${tr[@]}" > "$T/muon_resume.log" 2>&1
+ok 'cmp -s "$T/mu/adapters.safetensors" "$T/mu2/adapters.safetensors"' \
+   "muon: 4 iterations + --resume give the bytes of 8 ($(tail -1 "$T/muon_resume.log"))"
+
 # ---- 7. log lines and warnings on stdout ----
 mkdir -p "$T/dn"; cp "$T/d/train.jsonl" "$T/dn/"   # no valid.jsonl
 printf 'learning_rate: 1e-4\n' > "$T/lr.yaml"
