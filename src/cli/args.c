@@ -2,6 +2,7 @@
  * shares (see args.h). The flag tables live with their commands
  * (cli/train_args.c for train and plan). */
 #include "cli/args.h"
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -170,9 +171,12 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
     case ARG_BOOL:
         return args_parse_bool(where, text, (bool *)field);
     case ARG_TRUE_FALSE:
-        if (!strcasecmp(text, "true") || !strcasecmp(text, "t")) { *(bool *)field = true; return 0; }
-        if (!strcasecmp(text, "false") || !strcasecmp(text, "f")) { *(bool *)field = false; return 0; }
-        return args_parse_bool(where, text, (bool *)field);
+        if (!strcasecmp(text, "true") || !strcasecmp(text, "t") || !strcasecmp(text, "false") ||
+            !strcasecmp(text, "f")) {
+            *(bool *)field = tolower((unsigned char)text[0]) == 't';
+            return 0;
+        }
+        return error_set("%s: expected True or False, got \"%s\"", where, text);
     case ARG_SIZE: {
         size_t v;
         if (parse_size(text, &v) < 0 || !in_range(s, (double)v))
@@ -451,7 +455,9 @@ static void default_text(const ArgSpec *s, const void *defaults, char *buf, size
     case ARG_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)f); break;
     case ARG_DOUBLE: snprintf(buf, cap, "%g", *(const double *)f); break;
     case ARG_BOOL: snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off"); break;
-    case ARG_TRUE_FALSE: snprintf(buf, cap, "%s", *(const bool *)f ? "True" : "False"); break;
+    case ARG_TRUE_FALSE:
+        snprintf(buf, cap, "%s", *(const bool *)f ? "True" : "False");
+        break;
     case ARG_SIZE: { size_t v = *(const size_t *)f; if (v) snprintf(buf, cap, "%zu bytes", v); else snprintf(buf, cap, "none"); break; }
     case ARG_STRING_LIST: {
         const ArgStringList *list = f;

@@ -46,7 +46,10 @@ int cmd_fuse(int argc, char **argv) {
                   .max_shard_size = 5000000000ull};
     if (args_parse(&FUSE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
-    if (a.trust_remote_code) { args_refuse_remote_code(); die_with_error(); }
+    if (a.trust_remote_code) {
+        args_refuse_remote_code();
+        die_with_error();
+    }
     if (args_resolve_model(&a.model) < 0) die_with_error();
     /* what a fuse or export killed inside a save left in its output folders */
     const char *outputs[2] = {a.no_fuse ? NULL : a.save_path, a.export_peft};

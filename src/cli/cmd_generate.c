@@ -96,7 +96,10 @@ static char *read_stdin(void) {
         n += got;
         if (n + 1 == cap) {
             char *g = mem_realloc(buf, cap * 2);
-            if (!g) { mem_free(buf); return NULL; }
+            if (!g) {
+                mem_free(buf);
+                return NULL;
+            }
             buf = g;
             cap *= 2;
         }
@@ -111,9 +114,12 @@ static char *unescape_prompt(const char *p) {
     if (!out) return NULL;
     char *o = out;
     for (const char *s = p; *s; s++) {
-        if (s[0] == '\\' && s[1] == 'n') { *o++ = '\n'; s++; }
-        else if (s[0] == '\\' && s[1] == 't') { *o++ = '\t'; s++; }
-        else *o++ = *s;
+        if (s[0] == '\\' && (s[1] == 'n' || s[1] == 't')) {
+            *o++ = s[1] == 'n' ? '\n' : '\t';
+            s++;
+        } else {
+            *o++ = *s;
+        }
     }
     *o = 0;
     return out;
@@ -233,7 +239,10 @@ int cmd_generate(int argc, char **argv) {
                       .min_tokens_to_keep = 1, .xtc_threshold = 0.1, .verbose = true};
     if (args_parse(&GENERATE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
-    if (a.trust_remote_code) { args_refuse_remote_code(); die_with_error(); }
+    if (a.trust_remote_code) {
+        args_refuse_remote_code();
+        die_with_error();
+    }
     if (!a.model) die("--model is required (a model directory)");
     if (args_resolve_model(&a.model) < 0) die_with_error();
     bool verbose = a.verbose && !a.quiet;
@@ -317,7 +326,10 @@ int cmd_generate(int argc, char **argv) {
     double t1 = time_now();
     while (n_gen < max_tokens) {
         int32_t next = sampler_pick(&sampler, logits, V);
-        if (in_set(stop, n_stop, next)) { stopped = true; break; }
+        if (in_set(stop, n_stop, next)) {
+            stopped = true;
+            break;
+        }
         out_ids[n_gen++] = next;
         char *piece; size_t plen;
         if (tokenizer_decode(tok, out_ids, (size_t)n_gen, true, &piece, &plen) < 0) die_with_error();

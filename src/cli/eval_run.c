@@ -35,12 +35,18 @@ int eval_run(const EvalRequest *r) {
     const char *adapter = r->adapter_path && r->adapter_path[0] ? r->adapter_path : NULL;
     if (r->chat_template) {
         size_t n;
-        if (file_read_all(r->chat_template, 64u << 20, &tmpl, &n) < 0) { error_prefix("--chat-template"); goto out; }
+        if (file_read_all(r->chat_template, 64u << 20, &tmpl, &n) < 0) {
+            error_prefix("--chat-template");
+            goto out;
+        }
         dopt.chat_template = tmpl;
     }
     ModelConfig cfg;
     char *cfg_path = path_join(r->model, "config.json");
-    if (!cfg_path || hf_config_load(&cfg, cfg_path) < 0) { mem_free(cfg_path); goto out; }
+    if (!cfg_path || hf_config_load(&cfg, cfg_path) < 0) {
+        mem_free(cfg_path);
+        goto out;
+    }
     mem_free(cfg_path);
     if (cfg.n_eos > 0) dopt.eos_fallback = cfg.eos_token_ids[0];   /* text data, a tokenizer without EOS */
     log_line(r, "Loading datasets");

@@ -34,7 +34,10 @@ int sampler_init(Sampler *s, int vocab, const SamplerConfig *c, uint64_t seed) {
         s->special = mem_alloc((size_t)c->n_xtc_special * sizeof(int32_t));
         if (s->special) memcpy(s->special, c->xtc_special, (size_t)c->n_xtc_special * sizeof(int32_t));
     }
-    if (!s->lp || !s->index || (c->n_xtc_special > 0 && !s->special)) { sampler_free(s); return -1; }
+    if (!s->lp || !s->index || (c->n_xtc_special > 0 && !s->special)) {
+        sampler_free(s);
+        return -1;
+    }
     s->cfg.xtc_special = s->special;
     return 0;
 }

@@ -42,7 +42,8 @@ static int slot_keys(const OptimizerConfig *cfg, const OptSlot *s, const char *k
         if (cfg->sgd.momentum > 0) { keys[n] = "v"; numels[n++] = s->numel; }
         break;
     case OPT_MUON:
-        keys[n] = "v"; numels[n++] = s->numel;
+        keys[n] = "v";
+        numels[n++] = s->numel;
         break;
     case OPT_ADAFACTOR:
         if (factored(s)) {
