@@ -8,8 +8,10 @@
 #           (libFuzzer smoke runs), python3-torch python3-numpy (--ref/--bench only), nodejs npm
 #           (tokenizer / chat-template comparison against the JavaScript references)
 #           clang libomp-dev (the libFuzzer targets: make fuzz, tests/fuzz/test_fuzz_smoke.sh)
+#           chromium (a real browser renders the training report to PNG: tests/report/test_report_browser.sh)
 set -euo pipefail
 PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin nodejs clang libomp-dev python3 python3-numpy bc"
+PKGS="$PKGS chromium"   # tests: headless Chromium opens report.html (tests/report/test_report_browser.sh)
 # The PyTorch baseline needs a real BLAS: Debian's torch links libblas.so.3,
 # which is the slow netlib reference until OpenBLAS (OpenMP build) is installed.
 if [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ref" ]; then PKGS="$PKGS python3-torch libopenblas0-openmp"; fi

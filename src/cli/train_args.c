@@ -69,6 +69,9 @@ static const ArgSpec PLAN_SPECS[] = {
     {"workers", 0, ARG_INT, OFF(plan_workers), "N",
      "plan one worker's share of a data-parallel run of N workers; 0: this process's MPI world", NULL,
      ARG_AT_LEAST(0, "a non-negative integer")},
+    {"html", 0, ARG_STRING, OFF(plan_html), "FILE",
+     "also write the plan as a page: a stacked bar by buffer class, with each lever's beside it", NULL,
+     ARG_UNBOUNDED},
 };
 #undef TRAIN_FLAG_ROWS
 #undef POS
@@ -330,7 +333,7 @@ static bool was_set_in(const ArgTable *t, const TrainArgs *a, const char *name) 
 
 const ArgTable PLAN_ARGS_TABLE = {
     "plan",
-    "plan --model DIR --data DIR [train's flags] [--verbose] [--workers N]\n"
+    "plan --model DIR --data DIR [train's flags] [--verbose] [--workers N] [--html FILE]\n"
     "  the memory plan of the same `lmtune train` run, before any weight is loaded",
     PLAN_SPECS, sizeof PLAN_SPECS / sizeof PLAN_SPECS[0], true, train_yaml_hook, MLX_IGNORED_KEYS,
     TRAIN_EPILOG,
@@ -340,11 +343,13 @@ const ArgTable PLAN_ARGS_TABLE = {
  * from the command line and from YAML (on stdout, with the log). */
 static void print_mlx_only_notes(const ArgTable *t, const TrainArgs *a) {
     if (was_set_in(t, a, "report-to"))
-        printf("[WARNING] report_to %s: lmtune reports to no service; --metrics-file FILE writes every report as a "
-               "JSON line, and the training report (report.html) is in the adapter directory\n", a->report_to);
+        printf("[WARNING] report_to %s: lmtune reports to no service; the adapter directory gets the training "
+               "report (report.html) and its history (metrics.jsonl), and --metrics-file FILE appends the records "
+               "anywhere\n", a->report_to);
     if (was_set_in(t, a, "project-name"))
-        printf("[WARNING] project_name %s: lmtune reports to no service; --metrics-file FILE writes every report as "
-               "a JSON line, and the training report (report.html) is in the adapter directory\n", a->project_name);
+        printf("[WARNING] project_name %s: lmtune reports to no service; the adapter directory gets the training "
+               "report (report.html) and its history (metrics.jsonl), and --metrics-file FILE appends the records "
+               "anywhere\n", a->project_name);
     if (was_set_in(t, a, "clear-cache-threshold") && strcmp(a->clear_cache_threshold, "0"))
         printf("[WARNING] clear_cache_threshold %s: lmtune has no allocator cache to clear (one arena, planned "
                "before the first step)\n", a->clear_cache_threshold);

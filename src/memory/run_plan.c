@@ -116,6 +116,69 @@ size_t run_plan_total(const RunShape *v, const RunInputs *in) {
     return t;
 }
 
+int run_levers(const RunShape *a, const RunInputs *in, RunLever *lever) {
+    int nl = 0;
+    RunShape *v;
+    if (a->batch_size > 1) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->batch_size = a->batch_size / 2;
+        v->grad_accumulation_steps = a->grad_accumulation_steps * 2;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--batch-size %d --grad-accumulation-steps %d",
+                 v->batch_size, v->grad_accumulation_steps);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+        if (a->batch_size > 2) {
+            v = &lever[nl].shape;
+            *v = *a;
+            v->batch_size = 1;
+            v->grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
+            snprintf(lever[nl].what, sizeof lever[nl].what, "--batch-size 1 --grad-accumulation-steps %d",
+                     v->grad_accumulation_steps);
+            lever[nl].total = run_plan_total(v, in);
+            nl++;
+        }
+    }
+    if (!a->grad_checkpoint) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->grad_checkpoint = true;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--grad-checkpoint");
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
+    if (layers > 1) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--num-layers %d", v->spec.num_layers);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    int width = run_max_width(a, in);
+    if (width > 64) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->max_seq_length = (width - 1) / 2;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--max-seq-length %d", v->max_seq_length);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    /* a file stored in BF16 is used as stored: the lever changes nothing there */
+    DType file_dtype = DTYPE_BF16;
+    if (model_file_dtype(a->model_dir, &file_dtype) < 0) error_clear();
+    if (a->spec.weight_dtype != DTYPE_BF16 && file_dtype != DTYPE_BF16) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->spec.weight_dtype = DTYPE_BF16;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--weights-dtype bf16");
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    return nl;
+}
+
 int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan) {
     size_t total = plan_total(plan);
     if (!a->memory_limit || total <= a->memory_limit) return 0;
@@ -133,44 +196,8 @@ int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan)
         cls[best] = 0;
     }
     k += (size_t)snprintf(msg + k, sizeof msg - k, ". Levers (planned total with each):");
-    RunShape v;
-    struct { const char *what; size_t total; } lever[8];
-    int nl = 0;
-    char what[8][96];
-    if (a->batch_size > 1) {
-        v = *a; v.batch_size = a->batch_size / 2; v.grad_accumulation_steps = a->grad_accumulation_steps * 2;
-        snprintf(what[nl], 96, "--batch-size %d --grad-accumulation-steps %d", v.batch_size, v.grad_accumulation_steps);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-        if (a->batch_size > 2) {
-            v = *a; v.batch_size = 1; v.grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
-            snprintf(what[nl], 96, "--batch-size 1 --grad-accumulation-steps %d", v.grad_accumulation_steps);
-            lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-        }
-    }
-    if (!a->grad_checkpoint) {
-        v = *a; v.grad_checkpoint = true;
-        snprintf(what[nl], 96, "--grad-checkpoint");
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
-    if (layers > 1) {
-        v = *a; v.spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
-        snprintf(what[nl], 96, "--num-layers %d", v.spec.num_layers);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    int width = run_max_width(a, in);
-    if (width > 64) {
-        v = *a; v.max_seq_length = (width - 1) / 2;
-        snprintf(what[nl], 96, "--max-seq-length %d", v.max_seq_length);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    DType file_dtype = DTYPE_BF16;
-    if (model_file_dtype(a->model_dir, &file_dtype) < 0) error_clear();
-    if (a->spec.weight_dtype != DTYPE_BF16 && file_dtype != DTYPE_BF16) {
-        v = *a; v.spec.weight_dtype = DTYPE_BF16;
-        snprintf(what[nl], 96, "--weights-dtype bf16");
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
+    RunLever lever[RUN_MAX_LEVERS];
+    int nl = run_levers(a, in, lever);
     for (int i = 0; i < nl; i++) {
         if (!lever[i].total) continue;
         bool fits = lever[i].total <= a->memory_limit;

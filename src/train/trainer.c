@@ -164,9 +164,9 @@ static int apply_update(Loop *L, int it) {
         L->st.skipped_total++;
         L->st.nonfinite_streak++;
         zero_grads(tr);
-        report_line(&L->rep, "Iter %d: non-finite %s, update skipped (%d in a row, %llu in total)", it,
-                    L->st.accum_bad ? "loss" : "gradient", L->st.nonfinite_streak,
-                    (unsigned long long)L->st.skipped_total);
+        if (dist_rank() == 0)
+            TRY(report_skip(&L->rep, it, L->st.accum_bad, L->st.nonfinite_streak,
+                            (unsigned long long)L->st.skipped_total));
         if (L->st.nonfinite_streak >= TRAIN_MAX_NONFINITE_IN_A_ROW)
             return error_set("training stopped at iteration %d: %d updates in a row had a non-finite loss or "
                              "gradient; lower --learning-rate, set --max-grad-norm, or check the data",
@@ -174,7 +174,11 @@ static int apply_update(Loop *L, int it) {
         return 0;
     }
     L->st.nonfinite_streak = 0;
+    L->st.window_updates++;
+    L->st.window_norm_sum += norm;
+    if (norm > L->st.window_norm_max) L->st.window_norm_max = norm;
     if (cfg->max_grad_norm > 0 && norm > cfg->max_grad_norm) {
+        L->st.window_clipped++;
         float coef = (float)(cfg->max_grad_norm / (norm + 1e-6));
         for (size_t i = 0; i < tr->n_params; i++) {
             float *g = tr->params[i].grad;
@@ -244,8 +248,17 @@ static int run_loop(Loop *L, TrainResult *res) {
             long vtok;
             TRY(train_evaluate(tr, src, SPLIT_VALID, cfg->val_batches, &vloss, &vtok, &have_valid));
             if (have_valid) {
+                double seconds = time_now() - t0;
+                /* the tokens trained before this evaluation, over every worker */
+                double window_tokens = (double)st->window_tokens;
+                TRY(dist_all_sum_doubles(&window_tokens, 1));
                 res->last_val_loss = vloss;
-                if (dist_rank() == 0) report_val(&L->rep, it, vloss, time_now() - t0);
+                if (dist_rank() == 0) {
+                    ValReport v = {it, vloss, seconds, st->trained_tokens + (unsigned long long)window_tokens};
+                    TRY(report_val(&L->rep, &v));
+                    TRY(report_sync(&L->rep));
+                    if (cfg->on_history) TRY(cfg->on_history(cfg->history_ctx));
+                }
             }
         }
         double t0 = time_now();
@@ -307,12 +320,23 @@ static int run_loop(Loop *L, TrainResult *res) {
                 .arena_high_water = cfg->arena ? cfg->arena->high : 0,
                 .plan_total = cfg->plan_total,
                 .skipped_updates = st->skipped_total,
+                .updates = st->window_updates,
+                .grad_norm_mean = st->window_updates ? st->window_norm_sum / st->window_updates : NAN,
+                .grad_norm_max = st->window_updates ? st->window_norm_max : NAN,
+                .clipped = st->window_clipped,
+                .world = dist_world(),
+                .comm_seconds = dist_comm_seconds(),
+                .comm_calls = dist_comm_calls(),
             };
-            if (dist_rank() == 0) report_train(&L->rep, &t);
+            if (dist_rank() == 0) TRY(report_train(&L->rep, &t));
             st->window_loss = 0;
             st->window_tokens = 0;
             st->window_steps = 0;
             st->window_loss_steps = 0;
+            st->window_norm_sum = 0;
+            st->window_norm_max = 0;
+            st->window_updates = 0;
+            st->window_clipped = 0;
             L->window_time = 0;
         }
         if (cfg->save_every > 0 && it % cfg->save_every == 0) TRY(save_all(L, it, true));
@@ -334,6 +358,34 @@ static int run_loop(Loop *L, TrainResult *res) {
     return 0;
 }
 
+/* The end of the history: an "end" record (completed, stopped by a signal,
+ * or the error that stopped the run), fsynced, and the CLI's report. A
+ * failure here fails a run that had succeeded; after an error, the first
+ * error is the one reported. Returns the run's status. */
+static int finish_history(Loop *L, const TrainResult *res, int rc) {
+    char first_error[1024] = "";
+    if (rc < 0) snprintf(first_error, sizeof first_error, "%s", error_message());
+    EndReport e = {
+        .iteration = res->iterations,
+        .updates = L->opt->step,
+        .skipped_updates = L->st.skipped_total,
+        .status = rc < 0 ? "error" : res->stop_signal ? "stopped" : "completed",
+        .signal = res->stop_signal,
+        .message = rc < 0 ? first_error : NULL,
+        .world = dist_world(),
+        .comm_seconds = dist_comm_seconds(),
+        .comm_calls = dist_comm_calls(),
+    };
+    int hrc = report_end(&L->rep, &e);
+    if (hrc == 0) hrc = report_sync(&L->rep);
+    if (hrc == 0 && L->cfg->on_history) hrc = L->cfg->on_history(L->cfg->history_ctx);
+    if (rc < 0) {
+        error_set("%s", first_error);
+        return -1;
+    }
+    return hrc;
+}
+
 int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *cfg, TrainResult *res) {
     memset(res, 0, sizeof *res);
     res->last_val_loss = NAN;
@@ -344,6 +396,8 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     Loop L;
     memset(&L, 0, sizeof L);
     L.tr = tr; L.src = src; L.opt = opt; L.cfg = cfg;
+    char *history_path = NULL;
+    bool started = false;
     checkpoint_fingerprint(cfg->fingerprint, tr->params, tr->n_params, &opt->cfg, L.fingerprint);
     int rc = -1;
     if (cfg->adapter_path) {
@@ -353,7 +407,12 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
         L.state_file = path_join(cfg->adapter_path, STATE_FILE);
         if (!L.adapters_file || !L.state_file) goto out;
     }
-    if (report_open(&L.rep, cfg->out, dist_rank() == 0 ? cfg->metrics_file : NULL) < 0) goto out;
+    if (cfg->adapter_path && dist_rank() == 0) {
+        history_path = path_join(cfg->adapter_path, HISTORY_FILE);
+        if (!history_path) goto out;
+    }
+    if (report_open(&L.rep, cfg->out, history_path, cfg->resume, dist_rank() == 0 ? cfg->metrics_file : NULL) < 0)
+        goto out;
     rng_seed(&L.st.dropout_rng, cfg->seed ^ 0x6c6d74756e65ull);  /* "lmtune": independent of the data order */
     if (cfg->resume) {
         if (!L.state_file) { error_set("--resume needs --adapter-path"); goto out; }
@@ -379,13 +438,15 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
         int per_worker = cfg->batch_size / dist_world();
         report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", per_worker, cfg->grad_accum,
                     dist_world(), per_worker * cfg->grad_accum * dist_world());
+        StartReport start = {(int)L.st.iteration, cfg->iters, cfg->resume, opt->step, dist_world()};
+        if (report_start(&L.rep, &start) < 0) goto out;
     }
+    started = true;
+    res->iterations = (int)L.st.iteration;
     L.profile = profile_requested();
-    if (run_loop(&L, res) < 0) {
-        /* Keep what the run had learned: a failure after updates still
-         * leaves the last good adapters on disk from the last save. */
-        goto out;
-    }
+    /* A failure keeps what the run had learned: the last good adapters stay
+     * on disk from the last save. */
+    if (run_loop(&L, res) < 0) goto out;
     if (L.profile && L.profiled_steps > 0 && dist_rank() == 0) report_profile(&L);
     if (cfg->adapter_path && dist_rank() == 0) {
         if (save_all(&L, res->iterations, false) < 0) goto out;
@@ -393,7 +454,9 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     }
     rc = 0;
 out:
-    report_close(&L.rep);
+    if (started && dist_rank() == 0) rc = finish_history(&L, res, rc);
+    if (report_close(&L.rep) < 0 && rc == 0) rc = -1;
+    mem_free(history_path);
     mem_free(L.adapters_file);
     mem_free(L.state_file);
     return rc;
