@@ -191,8 +191,9 @@ ok '[ $rc_cli -eq 0 ] && [ $rc_yaml -eq 0 ]' "accepted on the command line and i
 ok '[ "$(grep -c "^\[WARNING\] \(report_to\|project_name\|clear_cache_threshold\) " "$T/cli8.log")" -eq 3 ] &&
     [ "$(grep "$notes" "$T/cli8.log")" = "$(grep "$notes" "$T/yaml8.log")" ]' \
    "one note each, the same in both places"
-ok 'grep -q "report_to wandb: lmtune reports to no service; --metrics-file FILE" "$T/cli8.log" &&
-    grep -q "report.html" "$T/cli8.log"' \
+ok 'grep -q "report_to wandb: lmtune reports to no service; the adapter directory gets the training report" \
+      "$T/cli8.log" && grep -q "(report.html) and its history (metrics.jsonl)" "$T/cli8.log" &&
+    grep -q -- "--metrics-file FILE appends" "$T/cli8.log"' \
    "the note says what lmtune does instead"
 for cmd in "train --data $T/d" "plan --data $T/d" "eval --data $T/d" "generate" "fuse --adapter-path $T/a"; do
   "$BIN" $cmd --model "$T/m" --trust-remote-code > "$T/trc.log" 2>&1
