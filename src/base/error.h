@@ -23,6 +23,9 @@ void log_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A progress line on stdout (MLX-LM's "Loading datasets", ...), the same way. */
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_set_quiet(int quiet);
+/* Called before every such line (NULL: none): the trainer's terminal
+ * progress line erases itself there, so a line never lands inside it. */
+void log_set_line_hook(void (*hook)(void *ctx), void *ctx);
 
 /* Prints "lmtune: error: <message>" to stderr and exits with status 1. */
 void die_with_error(void) __attribute__((noreturn));
