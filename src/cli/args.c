@@ -418,7 +418,7 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
             if (!value) {
                 if (i + 1 >= argc) return error_set("--%s: expected a value", s->name);
                 value = argv[++i];
-                /* `--export-gguf --no-fuse` is a forgotten value, not a file named --no-fuse */
+                /* `--export-gguf-adapter --no-fuse` is a forgotten value, not a file named --no-fuse */
                 if (value[0] == '-' && value[1] == '-') return flag_as_value(s->name, value);
             }
             if (s->type == ARG_STRING_LIST && !listed[s - t->specs]) {

@@ -185,12 +185,9 @@ static int chat_prompt(const Tokenizer *tok, const GenerateArgs *a, const char *
 static int stop_ids(const char *model_dir, const Tokenizer *tok, const ArgStringList *extra, int32_t *ids, int cap,
                     int *n) {
     ModelConfig cfg;
-    char *path = path_join(model_dir, "config.json");
-    TRY_PTR(path);
-    int rc = hf_config_load(&cfg, path);
-    mem_free(path);
-    TRY(rc);
-    TRY(hf_generation_config_eos(&cfg, model_dir));
+    TRY(model_config_load(model_dir, &cfg));
+    /* a GGUF file has no generation_config.json beside it: its metadata's EOS */
+    if (!model_is_gguf(model_dir)) TRY(hf_generation_config_eos(&cfg, model_dir));
     *n = 0;
     for (int i = 0; i < cfg.n_eos && *n < cap; i++) ids[(*n)++] = cfg.eos_token_ids[i];
     if (*n == 0 && tokenizer_eos_id(tok) >= 0) ids[(*n)++] = tokenizer_eos_id(tok);
@@ -265,7 +262,7 @@ int cmd_generate(int argc, char **argv) {
     }
 
     Tokenizer *tok;
-    if (tokenizer_load(&tok, model_dir) < 0) die_with_error();
+    if (model_tokenizer_load(&tok, model_dir) < 0) die_with_error();
     /* MLX-LM's TokenizerWrapper: enable_thinking unless the caller sets it */
     if (!template_vars) template_vars = json_object();
     if (!json_object_get(template_vars, "enable_thinking"))

@@ -22,7 +22,7 @@ int eval_run(const EvalRequest *r) {
     if (!r->model) return error_set("--model is required (a model directory)");
     log_line(r, "Loading pretrained model");
     Tokenizer *tok = NULL;
-    TRY(tokenizer_load(&tok, r->model));
+    TRY(model_tokenizer_load(&tok, r->model));
     DatasetOptions dopt = r->data_options;
     char *tmpl = NULL;
     int rc = -1;
@@ -42,12 +42,7 @@ int eval_run(const EvalRequest *r) {
         dopt.chat_template = tmpl;
     }
     ModelConfig cfg;
-    char *cfg_path = path_join(r->model, "config.json");
-    if (!cfg_path || hf_config_load(&cfg, cfg_path) < 0) {
-        mem_free(cfg_path);
-        goto out;
-    }
-    mem_free(cfg_path);
+    if (model_config_load(r->model, &cfg) < 0) goto out;
     if (cfg.n_eos > 0) dopt.eos_fallback = cfg.eos_token_ids[0];   /* text data, a tokenizer without EOS */
     log_line(r, "Loading datasets");
     if (dataset_load_split(&test, r->data, "test", tok, &dopt, &present) < 0) goto out;

@@ -17,12 +17,8 @@ void run_data_options(const TrainArgs *a, DatasetOptions *o) {
 
 int run_data_load_model(RunData *d, const TrainArgs *a) {
     memset(d, 0, sizeof *d);
-    char *cfg_path = path_join(a->model, "config.json");
-    TRY_PTR(cfg_path);
-    int rc = hf_config_load(&d->cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
-    return tokenizer_load(&d->tok, a->model);
+    TRY(model_config_load(a->model, &d->cfg));
+    return model_tokenizer_load(&d->tok, a->model);
 }
 
 int run_data_load_splits(RunData *d, const TrainArgs *a, int world) {

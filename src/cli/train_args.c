@@ -12,6 +12,7 @@
 #include <yaml.h>
 #include "base/error.h"
 #include "formats/hf_hub.h"
+#include "kernels/matmul.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
 #define POS ARG_AT_LEAST(1, "a positive integer")
@@ -412,11 +413,22 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             spec->lora_keys |= 1u << p;
         }
     }
-    if (!strcmp(a->weights_dtype, "bf16")) spec->weight_dtype = DTYPE_BF16;
-    else if (!strcmp(a->weights_dtype, "f32")) spec->weight_dtype = DTYPE_F32;
-    /* auto: F32 and BF16 matrices are used as the safetensors headers say they
-     * are stored (not as config.json's torch_dtype labels them); F16 is widened */
-    else spec->weight_dtype = DTYPE_F32;
+    if (!strcmp(a->weights_dtype, "bf16")) {
+        if (!matmul_bf16_supported()) {
+            return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
+                             "AVX-512 on); use f32 or auto");
+        }
+        spec->weight_dtype = DTYPE_BF16;
+    } else if (!strcmp(a->weights_dtype, "f32")) {
+        spec->weight_dtype = DTYPE_F32;
+    } else {
+        /* auto: the matrices are used as the stored weights say they are (the
+         * safetensors headers or the GGUF tensors, not config.json's
+         * torch_dtype label): BF16 where oneDNN has bf16 products, else F32 */
+        DType stored;
+        TRY(model_file_dtype(a->model, cfg, &stored));
+        spec->weight_dtype = matmul_weight_dtype(stored);
+    }
     spec->training = true;
     out->model_dir = a->model;
     out->batch_size = a->batch_size;

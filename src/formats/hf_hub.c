@@ -36,7 +36,8 @@ static char *hub_cache(void) {
 
 int hf_hub_resolve_model(const char *name, char **out) {
     *out = NULL;
-    if (dir_exists(name) || !hf_hub_is_repo_id(name)) {
+    /* a directory or a file that exists (a GGUF base: dir/model.gguf) is a path */
+    if (dir_exists(name) || file_exists(name) || !hf_hub_is_repo_id(name)) {
         *out = mem_strdup(name);
         return *out ? 0 : -1;
     }

@@ -6,22 +6,28 @@
  *
  * Scratch (lmhead_scratch_floats floats, all of it used by this file, none
  * through matmul_set_scratch):
- *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for a BF16 weight)
- *   logits (chunk, V)  logits, then dlogits (for a BF16 weight, each row's
+ *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for bf16 products)
+ *   logits (chunk, V)  logits, then dlogits (for bf16 products, each row's
  *                      dlogits are rounded to bf16 in place, in the first half
  *                      of the row, and read with a row stride of 2V bf16)
- *   drows  (chunk, C)  dinp of the gathered rows before the scatter */
+ *   drows  (chunk, C)  dinp of the gathered rows before the scatter
+ *
+ * Compiled twice in the portable build (kernels/isa.h): the softmax's
+ * exponentials run on 16-float vectors, one register with AVX-512. */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 #include "base/error.h"
 
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
+#endif
 
 /* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax
  * - onehot), as floats, or (bf16_out) rounded to bf16 in the first half of
@@ -63,11 +69,10 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     return loss;
 }
 
-double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
-                   const int *targets, const float *row_weight, float *scratch,
-                   int chunk, int N, int C, int V) {
-    if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
-        die("lmhead_xent.c: weight dtype %s not supported (F32 or BF16)", dtype_name(wtype));
+double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w,
+                           const int *targets, const float *row_weight, float *scratch, int chunk, int N) {
+    int C = w->cols, V = w->rows;
+    bool bf = w->compute == DTYPE_BF16;
     if (chunk <= 0) die("lmhead_xent.c: chunk %d must be positive", chunk);
     float *rows = scratch, *logits = rows + (size_t)chunk * C, *drows = logits + (size_t)chunk * V;
     int idx[chunk];
@@ -85,7 +90,7 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
             idx[n++] = next;
         }
         if (n == 0) break;
-        if (wtype == DTYPE_BF16) {
+        if (bf) {
             uint16_t *rows16 = (uint16_t *)(void *)rows;
             #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
             for (int r = 0; r < n; r++) {
@@ -95,26 +100,26 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
                 for (; c + 16 <= C; c += 16) store16_bf16(dst + c, load16(src + c));
                 for (; c < C; c++) dst[c] = f32_to_bf16(src[c]);
             }
-            linear_forward_bf16_input(logits, rows16, weight, NULL, n, C, V);
+            fw_linear_forward(logits, NULL, rows16, w, NULL, n);
         } else {
             for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
-            linear_forward(logits, rows, weight, DTYPE_F32, NULL, n, C, V);
+            fw_linear_forward(logits, rows, NULL, w, NULL, n);
         }
         double chunk_loss[chunk];
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < n; r++) {
             float *z = logits + (size_t)r * V;
-            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, wtype == DTYPE_BF16);
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, bf);
         }
         for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
             total += (double)row_weight[idx[r]] * chunk_loss[r];
             if (row_loss) row_loss[idx[r]] = (float)chunk_loss[r];
         }
         if (!want_grad) continue;
-        if (wtype == DTYPE_BF16)
-            linear_backward_dinp_bf16_dout(drows, (const uint16_t *)(const void *)logits, 2 * (size_t)V, weight, 0.0f, n, C, V);
+        if (bf)
+            fw_linear_backward_dinp(drows, 0.0f, NULL, (const uint16_t *)(const void *)logits, 2 * (size_t)V, w, n);
         else
-            gemm_f32(drows, logits, weight, n, C, V, false, false, 1.0f, 0.0f);
+            fw_linear_backward_dinp(drows, 0.0f, logits, NULL, 0, w, n);
         #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
         for (int r = 0; r < n; r++) {
             float *dst = dinp + (size_t)idx[r] * C;
@@ -125,6 +130,8 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
     return total;
 }
 
-void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V) {
-    linear_forward(out, inp, weight, wtype, NULL, N, C, V);
+#ifndef LT_ISA_AVX512
+void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, int N) {
+    fw_linear_forward(out, inp, NULL, w, NULL, N);
 }
+#endif

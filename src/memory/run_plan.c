@@ -38,10 +38,21 @@ static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, in
     return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
 }
 
+/* The number of distinct batch widths of the run's data sets, or -1 (out of
+ * memory: error set). */
 static int distinct_widths(const RunShape *a, const RunInputs *in) {
-    int n = batch_distinct_widths(in->train, a->batch_size, a->max_seq_length);
-    if (in->valid) n += batch_distinct_widths(in->valid, a->batch_size, a->max_seq_length);
-    if (in->test && a->test) n += batch_distinct_widths(in->test, a->batch_size, a->max_seq_length);
+    const Dataset *sets[3] = { in->train, in->valid, in->test && a->test ? in->test : NULL };
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!sets[i]) {
+            continue;
+        }
+        int k = batch_distinct_widths(sets[i], a->batch_size, a->max_seq_length);
+        if (k < 0) {
+            return -1;
+        }
+        n += k;
+    }
     return n;
 }
 
@@ -60,11 +71,12 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
-    /* Plan for the dtype the matrices really have in the file (config.json's
-     * torch_dtype may say otherwise): read from the safetensors header. */
-    DType file_dtype;
-    TRY(model_file_dtype(a->model_dir, &file_dtype));
-    TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
+    /* Plan for the matrices as they really are in the file (config.json's
+     * torch_dtype may say otherwise; quantized modules): read from the
+     * safetensors headers and config.json's quantization. */
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    TRY(model_layout_summary(in->cfg, spec, &ws, &cv));
     TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
     TrainableTensor *list; size_t n;
     TRY(model_trainable_list(in->cfg, spec, &list, &n));
@@ -78,7 +90,9 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     if (in->test && a->test) data += dataset_bytes(in->test);
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
     TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
-    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, distinct_widths(a, in)), false));
+    int widths = distinct_widths(a, in);
+    TRY(widths);
+    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, widths), false));
     if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
@@ -165,10 +179,7 @@ int run_levers(const RunShape *a, const RunInputs *in, RunLever *lever) {
         lever[nl].total = run_plan_total(v, in);
         nl++;
     }
-    /* a file stored in BF16 is used as stored: the lever changes nothing there */
-    DType file_dtype = DTYPE_BF16;
-    if (model_file_dtype(a->model_dir, &file_dtype) < 0) error_clear();
-    if (a->spec.weight_dtype != DTYPE_BF16 && file_dtype != DTYPE_BF16) {
+    if (a->spec.weight_dtype != DTYPE_BF16 && matmul_bf16_supported()) {
         v = &lever[nl].shape;
         *v = *a;
         v->spec.weight_dtype = DTYPE_BF16;

@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/safetensors.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -73,11 +74,7 @@ int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, 
                          int rows, int tokens, int kv_tokens, int max_positions) {
     memset(plan, 0, sizeof *plan);
     ModelConfig cfg;
-    char *cfg_path = path_join(model_dir, "config.json");
-    if (!cfg_path) return -1;
-    int rc = hf_config_load(&cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
+    TRY(model_config_load(model_dir, &cfg));
     memset(spec, 0, sizeof *spec);
     spec->type = TUNE_NONE;
     spec->num_layers = -1;
@@ -85,14 +82,18 @@ int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, 
     spec->max_tokens = tokens;
     spec->kv_cache_tokens = kv_tokens;
     spec->max_positions = max_positions;
-    /* F32 and BF16 matrices are used as stored; F16 ones are widened to F32 */
-    spec->weight_dtype = DTYPE_F32;
+    /* the matrices are used as stored (the safetensors headers or the GGUF
+     * tensors say how, not config.json's torch_dtype): BF16 where oneDNN has
+     * bf16 products, else F32 (F16 is always widened) */
+    DType file_dtype;
+    TRY(model_file_dtype(model_dir, &cfg, &file_dtype));
+    spec->weight_dtype = matmul_weight_dtype(file_dtype);
     spec->training = false;
     if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, spec));
-    DType file_dtype;
-    TRY(model_file_dtype(model_dir, &file_dtype));
+    WeightsSummary ws;
+    TRY(model_weights_summary(model_dir, &cfg, &ws));
     Carver cv = {NULL, plan};
-    TRY(model_layout_dtype(&cfg, spec, file_dtype, &cv));
+    TRY(model_layout_summary(&cfg, spec, &ws, &cv));
     return model_plan_weights(model_dir, &cfg, spec, plan);
 }
 

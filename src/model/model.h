@@ -3,7 +3,7 @@
  * the last N blocks, forward and backward of one micro-batch, gradient
  * checkpointing, and incremental decoding with a KV cache.
  *
- * Memory: model_layout_dtype() walks every buffer the model will hold for a spec
+ * Memory: model_layout_summary() walks every buffer the model will hold for a spec
  * (weights converted at load, trainable parameters, gradients, activations,
  * checkpoints, recompute workspace, LM-head chunk, attention workspace, KV
  * cache). With a planning Carver it only records sizes (memory/plan.h); the
@@ -37,9 +37,9 @@ typedef struct {
     bool grad_checkpoint;
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
-    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in
-                               (F32/BF16 in the file are used as stored; this
-                               applies to F16 files and to `--weights-dtype`) */
+    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in;
+                               converted at load when the file's differs
+                               (default: matmul_weight_dtype of the file's) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation, of this many positions */
@@ -54,10 +54,12 @@ typedef struct {
 
 typedef struct Model Model;
 
-/* The dtype of the model's matrices as the safetensors headers give it
- * (config.json's torch_dtype / dtype is a label that may be absent or wrong:
- * every command plans from the headers). Reads headers only. */
-int model_file_dtype(const char *model_dir, DType *out);
+/* The dtype the model's matrices are stored in, as the files say: the
+ * safetensors headers (an MLX-quantized model: its scales' dtype), or a
+ * GGUF file's tensors (cfg->torch_dtype, which formats/gguf_arch.c derives
+ * from them). config.json's torch_dtype / dtype is a label that may be
+ * absent or wrong: every command plans from the stored weights. */
+int model_file_dtype(const char *model, const ModelConfig *cfg, DType *out);
 /* The trainable tensors a spec creates (names, shapes, numel; value and
  * grad NULL), without loading anything: the planner sizes the optimizer
  * moments from it. *out is heap (mem_free). */
@@ -104,19 +106,50 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */
-/* Records every buffer of the model for this spec and the dtype of the
- * file's matrices (model_file_dtype), without reading weights; model_load
+/* What the planner needs of the stored weights beyond config.json, read
+ * from the safetensors headers and config.json's quantization. */
+typedef struct {
+    DType file_dtype;       /* plain matrices' dtype; the scales' dtype when quantized */
+    bool quantized;         /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool gguf;              /* a GGUF file: every matrix used as stored, products in --weights-dtype */
+    bool bf16_compute;      /* some frozen product runs in bf16 */
+    int panel_cols;         /* widest matrix whose products expand panels (0: none) */
+    int bits_min, bits_max; /* of the quantized matrices */
+    size_t embed_bytes, lm_head_bytes, block_bytes; /* stored bytes (codes, scales, biases); lm_head 0 when tied */
+} WeightsSummary;
+/* Reads DIR's config.json quantization and safetensors headers; checks every
+ * quantized module's tensors. */
+int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);
+/* Records every buffer of the model for this spec and the weights as they
+ * are stored (model_weights_summary), without reading weights; model_load
  * carves the arena with the very same walk. */
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv);
+/* model_layout_summary for a plain model whose matrices are stored in
+ * file_dtype (model_file_dtype). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors
- * (HF names), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32, BF16
- * or F16. */
+ * (HF names; shards of at most 5 GB with model.safetensors.index.json for
+ * larger models), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32,
+ * BF16 or F16. */
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
 /* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
- * "qwen3-0.6b", "llama-3.2-1b", "tiny". The caller may then override
+ * "qwen3-0.6b", "llama-3.2-1b", "llama-3.1-8b", "tiny". The caller may then override
  * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
+/* A GGUF file as the base model (`--model FILE.gguf`, model_gguf.c): a path
+ * ending in .gguf that is not a directory. */
+bool model_is_gguf(const char *model);
+/* config.json of a model directory, or a GGUF file's metadata. */
+int model_config_load(const char *model, ModelConfig *cfg);
+/* The model's tokenizer: DIR's tokenizer.json; for a GGUF file the
+ * tokenizer.json beside it, else its metadata. */
+struct Tokenizer;
+int model_tokenizer_load(struct Tokenizer **out, const char *model);
+/* The WeightsSummary of a GGUF file (every matrix used as stored, products
+ * in `compute`: F32, or BF16 with --weights-dtype bf16); checks every tensor. */
+int gguf_model_summary(const char *model, const ModelConfig *cfg, DType compute, WeightsSummary *ws);
+
 /* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
  * of the loss only match the gradients with the norms held fixed. While
  * frozen, the norms of the last step are reused instead of recomputed. */

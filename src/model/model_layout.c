@@ -73,10 +73,36 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
         return error_set("model: weights of dtype %s are not supported (F32, BF16, F16)", dtype_name(file_dtype));
     d->file_dtype = file_dtype;
-    if (file_dtype == DTYPE_F16 || (file_dtype == DTYPE_F32 && spec->weight_dtype == DTYPE_BF16)) {
+    if (file_dtype != spec->weight_dtype) { /* F16 always; BF16 -> F32 where bf16 products do not exist */
         d->convert = true; d->run_dtype = spec->weight_dtype;
     } else {
         d->convert = false; d->run_dtype = file_dtype;
+    }
+    return 0;
+}
+
+int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
+    if (!ws->quantized) {
+        d->bf16_compute = d->run_dtype == DTYPE_BF16;
+        d->panel_cols = 0;
+        return 0;
+    }
+    if (spec->type == TUNE_FULL && ws->gguf)
+        return error_set("--fine-tune-type full: a GGUF base's matrices are used as the file stores them; use lora "
+                         "or dora, or a Hugging Face model directory");
+    if (spec->type == TUNE_FULL)
+        return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
+                         "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "
+                         "model (lmtune convert -d)");
+    d->quantized = true;
+    d->convert = false;
+    d->run_dtype = d->file_dtype;
+    d->bf16_compute = ws->bf16_compute;
+    d->panel_cols = ws->panel_cols;
+    if (ws->gguf) {
+        /* a GGUF's blocks expand to the compute type the run asks for */
+        d->run_dtype = spec->weight_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+        d->bf16_compute = d->run_dtype == DTYPE_BF16;
     }
     return 0;
 }
@@ -217,7 +243,9 @@ static void bind_trainables(Model *m) {
             NEXT(bp->ln1, bp->dln1);
             for (int p = 0; p < PROJ_COUNT; p++) {
                 float *w; NEXT(w, bp->dw[p]);
-                bp->w[p] = w; bp->wt[p] = DTYPE_F32;
+                int in, out;
+                proj_shape(d, p, &in, &out);
+                bp->w[p] = fw_plain(w, DTYPE_F32, out, in, DTYPE_F32);
                 if (d->bias && p <= PROJ_V) NEXT(bp->bias[p], bp->dbias[p]);
                 if (p == PROJ_V && d->qk_norm) { NEXT(bp->qn, bp->dqn); NEXT(bp->kn, bp->dkn); }
                 if (p == PROJ_O) NEXT(bp->ln2, bp->dln2);
@@ -273,10 +301,10 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     if (d->convert) {
         void *p;
         CARVE(cv, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight", (size_t)d->V * d->C * wsz, p);
-        m->embed = p;
+        m->embed.data = p;
         if (!cfg->tie_word_embeddings) {
             CARVE(cv, MEM_FROZEN_WEIGHTS, "lm_head.weight", (size_t)d->V * d->C * wsz, p);
-            m->lm_head = p;
+            m->lm_head.data = p;
         }
         for (int l = 0; l < d->L; l++) {
             if (block_full(m, l)) continue;
@@ -284,7 +312,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
                 int in, out; proj_shape(d, pj, &in, &out);
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[pj]);
                 CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)in * out * wsz, p);
-                m->blocks[l].w[pj] = p; m->blocks[l].wt[pj] = d->run_dtype;
+                m->blocks[l].w[pj].data = p;
             }
         }
     }
@@ -437,7 +465,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     }
 
     /* 6. bf16 conversion scratch of the matrix products */
-    if (d->run_dtype == DTYPE_BF16) {
+    if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
         size_t rows = (size_t)imax(imax(d->N, d->chunk), imax(d->dec_rows, d->r));
         size_t cols = max_in_out(d);
         size_t b = matmul_scratch_bytes(rows, cols);
@@ -446,17 +474,30 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         m->mm_scratch_bytes = b;
         CARVE(cv, MEM_LIBRARY, "bf16 conversion scratch (matmul)", b, m->mm_scratch);
     }
+
+    /* 7. the panel the products with packed (or converted-on-the-fly) weights expand into */
+    if (d->panel_cols > 0) {
+        m->panel_scratch_bytes = fw_panel_scratch_bytes(d->panel_cols);
+        CARVE(cv, MEM_LIBRARY, "dequantization panel (frozen products)", m->panel_scratch_bytes, m->panel_scratch);
+    }
     return 0;
 }
 
-/* Planning entry point, for the dtype the matrices have in the file (the
- * safetensors headers: model_file_dtype; config.json's torch_dtype is only
- * a label and may be absent or wrong). */
+/* Planning entry point for a plain model whose matrices are stored in
+ * file_dtype (model_file_dtype: the safetensors headers; config.json's
+ * torch_dtype is only a label and may be absent or wrong). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv) {
+    WeightsSummary ws;
+    weights_summary_plain(&ws, file_dtype);
+    return model_layout_summary(cfg, spec, &ws, cv);
+}
+
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv) {
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
     m->cfg = *cfg; m->spec = *spec;
-    int rc = dims_init(&m->d, cfg, spec, file_dtype);
+    int rc = dims_init(&m->d, cfg, spec, ws->file_dtype);
+    if (rc == 0) rc = dims_apply_summary(&m->d, spec, ws);
     if (rc == 0) {
         m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
         if (!m->blocks) rc = -1;
@@ -470,18 +511,38 @@ int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file
     return rc;
 }
 
-int model_file_dtype(const char *model_dir, DType *out) {
-    StModel st;
-    TRY(st_model_open(&st, model_dir, true));
-    const StTensor *e = st_model_find(&st, "model.embed_tokens.weight");
-    int rc = 0;
-    if (e) *out = e->dtype;
-    else rc = error_set("%s: tensor model.embed_tokens.weight is missing", model_dir);
-    st_model_close(&st);
-    return rc;
+int model_file_dtype(const char *model, const ModelConfig *cfg, DType *out) {
+    if (model_is_gguf(model)) {
+        *out = cfg->torch_dtype;
+        return 0;
+    }
+    WeightsSummary ws;
+    TRY(model_weights_summary(model, cfg, &ws));
+    *out = ws.file_dtype;
+    return 0;
+}
+
+/* A quantized model: every matrix stays in the mapped file (codes, scales, biases). */
+static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *cfg, MemPlan *plan) {
+    char nm[96], bits[16];
+    if (ws->bits_min == ws->bits_max) snprintf(bits, sizeof bits, "%d-bit", ws->bits_min);
+    else snprintf(bits, sizeof bits, "%d/%d-bit", ws->bits_min, ws->bits_max);
+    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens (mapped file)", ws->embed_bytes, false));
+    if (!cfg->tie_word_embeddings)
+        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head (mapped file)", ws->lm_head_bytes, false));
+    if (ws->gguf)
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped GGUF file, %s per weight with scales)",
+                 cfg->num_hidden_layers, bits);
+    else
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)",
+                 cfg->num_hidden_layers, bits, dtype_name(ws->file_dtype));
+    return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
 }
 
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
+    WeightsSummary ws;
+    TRY(model_weights_summary(model_dir, cfg, &ws));
+    if (ws.quantized) return plan_quantized_weights(&ws, cfg, plan);
     StModel st;
     TRY(st_model_open(&st, model_dir, true));
     const StTensor *e = st_model_find(&st, "model.embed_tokens.weight");

@@ -31,6 +31,10 @@ void model_zero_grad(Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     if (m->st_open) st_model_close(&m->st);
+    if (m->gguf) gguf_close(&m->gg);
+    mem_free(m->q_map);
+    mem_free(m->k_map);
+    quant_config_free(&m->qc);
     mem_free(m->blocks);
     mem_free(m->trainables);
     mem_free(m->acts);
@@ -56,8 +60,8 @@ static int tensor_1d(Model *m, const char *name, int64_t n, const StTensor **t) 
     return st_model_expect(&m->st, name, 1, &n, t);
 }
 
-/* A matrix: shape checked, and every matrix must share the file's dtype
- * because the memory plan is made for one dtype. */
+/* A plain matrix of a plain model: shape checked, and every matrix must
+ * share the file's dtype because the memory plan is made for one dtype. */
 static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, const StTensor **t) {
     int64_t shape[2] = {rows, cols};
     TRY(st_model_expect(&m->st, name, 2, shape, t));
@@ -67,23 +71,50 @@ static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, con
     return 0;
 }
 
+/* A GGUF q/k projection or bias reads its rows through the row map. */
+static const int32_t *gguf_map(const Model *m, const char *name) {
+    if (strstr(name, ".self_attn.q_proj")) return m->q_map;
+    if (strstr(name, ".self_attn.k_proj")) return m->k_map;
+    return NULL;
+}
+
 static int load_small(Model *m, const char *name, int64_t n, float *dst) {
+    if (m->gguf) return dst ? gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst) : 0;
     const StTensor *t;
     TRY(tensor_1d(m, name, n, &t));
     if (dst) dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
     return 0;
 }
 
-static int load_matrix(Model *m, const char *name, int64_t rows, int64_t cols, const void **w, DType *wt, bool converted) {
+/* Frozen matrix `module` (rows, cols) into *fw (NULL: check only). In a
+ * quantized model every matrix is used as stored (packed or plain); in a
+ * plain one it is converted into the arena (fw->data set by the layout
+ * walk) or used in place. */
+static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenWeight *fw) {
+    if (m->gguf) {
+        FrozenWeight v;
+        TRY(gguf_weights_view(&m->gg, m->gg_arch, module, rows, cols, gguf_map(m, module), m->d.run_dtype, &v));
+        if (fw) *fw = v;
+        return 0;
+    }
+    if (m->d.quantized) {
+        FrozenWeight v;
+        bool q;
+        TRY(weights_view(&m->st, &m->qc, module, rows, cols, &v, &q));
+        if (fw) *fw = v;
+        return 0;
+    }
+    char name[200];
+    snprintf(name, sizeof name, "%s.weight", module);
     const StTensor *t;
     TRY(tensor_2d(m, name, rows, cols, &t));
-    if (!w) return 0;
-    if (converted) {
-        convert((void *)*w, m->d.run_dtype, t->data, t->dtype, (size_t)rows * cols);
-        *wt = m->d.run_dtype;
+    if (!fw) return 0;
+    if (m->d.convert) {
+        DType run = m->d.run_dtype;
+        convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
+        *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *w = t->data;
-        *wt = t->dtype;
+        *fw = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     }
     return 0;
 }
@@ -92,11 +123,11 @@ static int load_weights(Model *m, bool check_only) {
     const Dims *d = &m->d;
     bool none = check_only;
     char nm[160];
-    TRY(load_matrix(m, "model.embed_tokens.weight", d->V, d->C, none ? NULL : &m->embed, &m->embed_t, d->convert));
+    TRY(load_matrix(m, "model.embed_tokens", d->V, d->C, none ? NULL : &m->embed));
     if (m->cfg.tie_word_embeddings) {
-        m->lm_head = m->embed; m->lm_head_t = m->embed_t;
+        m->lm_head = m->embed;
     } else {
-        TRY(load_matrix(m, "lm_head.weight", d->V, d->C, none ? NULL : &m->lm_head, &m->lm_head_t, d->convert));
+        TRY(load_matrix(m, "lm_head", d->V, d->C, none ? NULL : &m->lm_head));
     }
     TRY(load_small(m, "model.norm.weight", d->C, none ? NULL : m->final_norm));
     for (int l = 0; l < d->L; l++) {
@@ -105,8 +136,8 @@ static int load_weights(Model *m, bool check_only) {
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
         for (int p = 0; p < PROJ_COUNT; p++) {
             int in, out; proj_shape(d, p, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
-            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p], &bp->wt[p], d->convert));
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p]));
             if (d->bias && p <= PROJ_V) {
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
                 TRY(load_small(m, nm, out, full ? NULL : bp->bias[p]));
@@ -126,30 +157,42 @@ static int load_weights(Model *m, bool check_only) {
     return 0;
 }
 
-/* ||W row||^2 of each DoRA-adapted base matrix, in the dtype it is used in. */
+/* ||W row||^2 of each DoRA-adapted base matrix, of the weights the products use. */
 static void dora_base_norms(Model *m) {
     if (m->spec.type != TUNE_DORA) return;
     const Dims *d = &m->d;
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(bp->adapted >> p & 1u)) continue;
-            int in, out; proj_shape(d, p, &in, &out);
-            const void *w = bp->w[p];
-            DType wt = bp->wt[p];
-            float *dst = bp->wnorm2[p];
-            #pragma omp parallel for schedule(static)
-            for (int o = 0; o < out; o++) {
-                double s = 0;
-                for (int i = 0; i < in; i++) {
-                    size_t k = (size_t)o * in + i;
-                    double v = wt == DTYPE_F32 ? ((const float *)w)[k] : bf16_to_f32(((const uint16_t *)w)[k]);
-                    s += v * v;
-                }
-                dst[o] = (float)s;
-            }
-        }
+        for (int p = 0; p < PROJ_COUNT; p++)
+            if (bp->adapted >> p & 1u) fw_row_norms2(bp->wnorm2[p], &bp->w[p]);
     }
+}
+
+/* model_load for a GGUF file: config and tensors checked from the file,
+ * matrices as views of its blocks, q/k rows through the row maps. */
+static int load_gguf(Model *m, const char *path, const ModelSpec *spec) {
+    TRY(gguf_open(&m->gg, path));
+    m->gguf = true;
+    TRY(gguf_model_config(&m->gg, &m->cfg));
+    m->gg_arch = gguf_arch_for(m->cfg.model_type);
+    if (!m->gg_arch) return -1;
+    TRY(gguf_check_model_tensors(&m->gg, m->gg_arch, &m->cfg));
+    TRY(gguf_row_maps(&m->cfg, m->gg_arch, &m->q_map, &m->k_map));
+    WeightsSummary ws;
+    TRY(gguf_weights_summary(&m->gg, m->gg_arch, &m->cfg, DTYPE_F32, &ws));
+    TRY(dims_init(&m->d, &m->cfg, spec, ws.file_dtype));
+    TRY(dims_apply_summary(&m->d, spec, &ws));
+    m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
+    TRY_PTR(m->blocks);
+    TRY(load_weights(m, true));
+    Carver cv = {m->arena, NULL};
+    TRY(layout_walk(m, spec, &cv));
+    TRY(load_weights(m, false));
+    if (m->d.rope_T > 0)
+        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    model_bind_scratch(m);
+    dora_base_norms(m);
+    return 0;
 }
 
 int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena *arena) {
@@ -158,27 +201,38 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (!m) return -1;
     m->spec = *spec;
     m->arena = arena;
+    if (model_is_gguf(model_dir)) {
+        if (load_gguf(m, model_dir, spec) < 0) goto fail;
+        *out = m;
+        return 0;
+    }
     char *cfg_path = path_join(model_dir, "config.json");
     if (!cfg_path) goto fail;
     int rc = hf_config_load(&m->cfg, cfg_path);
     mem_free(cfg_path);
     if (rc < 0) goto fail;
+    cfg_path = path_join(model_dir, "config.json");
+    if (!cfg_path) goto fail;
+    rc = quant_config_load(&m->qc, cfg_path);
+    mem_free(cfg_path);
+    if (rc < 0) goto fail;
     if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
     m->st_open = true;
-    const StTensor *e = st_model_find(&m->st, "model.embed_tokens.weight");
-    if (!e) { error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); goto fail; }
-    if (dims_init(&m->d, &m->cfg, spec, e->dtype) < 0) goto fail;
+    WeightsSummary ws;
+    /* every quantized module checked, then every tensor, before a byte of the arena is used */
+    if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;
+    if (dims_init(&m->d, &m->cfg, spec, ws.file_dtype) < 0) goto fail;
+    if (dims_apply_summary(&m->d, spec, &ws) < 0) goto fail;
     m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
     if (!m->blocks) goto fail;
-    /* every tensor checked before a byte of the arena is used */
-    if (model_check_tensors(&m->cfg, &m->st) < 0) goto fail;
+    if (model_check_tensors_quant(&m->cfg, &m->st, &m->qc) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;
     if (load_weights(m, false) < 0) goto fail;
     if (m->d.rope_T > 0)
         rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
-    if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    model_bind_scratch(m);
     dora_base_norms(m);
     if (m->d.convert) {
         /* the file's pages were read once for the conversion; let the kernel drop them */

@@ -73,11 +73,30 @@ int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batch
     return 0;
 }
 
-/* Test hooks for the non-finite guard: LMTUNE_INJECT_NAN_AT_STEP="3" (or
- * "3,7" or "3-9"): those iterations report a NaN loss and gradient;
- * LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss but an infinite gradient. */
-static bool inject_at(const char *var, int it) {
-    const char *spec = getenv(var);
+/* Test hooks, read from the environment once per run, when the loop starts
+ * (a release run pays one NULL test per step for them):
+ *   LMTUNE_INJECT_NAN_AT_STEP="3" (or "3,7" or "3-9"): those iterations
+ *     report a NaN loss and gradient (the non-finite guard's tests);
+ *   LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss but an infinite gradient;
+ *   LMTUNE_TEST_STEP_DELAY_MS=n: sleep n ms after each iteration, so a test
+ *     can deliver a signal in the middle of a run of a tiny model. */
+typedef struct {
+    const char *nan_at;
+    const char *inf_grad_at;
+    long delay_ms;
+} TestHooks;
+
+static TestHooks test_hooks_read(void) {
+    TestHooks h;
+    h.nan_at = getenv("LMTUNE_INJECT_NAN_AT_STEP");
+    h.inf_grad_at = getenv("LMTUNE_INJECT_INF_GRAD_AT_STEP");
+    const char *ms = getenv("LMTUNE_TEST_STEP_DELAY_MS");
+    h.delay_ms = ms ? strtol(ms, NULL, 10) : 0;
+    return h;
+}
+
+/* Whether iteration it is in an injection spec ("3", "3,7", "3-9"). */
+static bool inject_at(const char *spec, int it) {
     if (!spec) return false;
     const char *p = spec;
     while (*p) {
@@ -92,12 +111,7 @@ static bool inject_at(const char *var, int it) {
     return false;
 }
 
-/* LMTUNE_TEST_STEP_DELAY_MS=n: sleep n ms after each iteration, so a test
- * can deliver a signal in the middle of a run of a tiny model. */
-static void test_step_delay(void) {
-    const char *ms = getenv("LMTUNE_TEST_STEP_DELAY_MS");
-    if (!ms) return;
-    long n = strtol(ms, NULL, 10);
+static void test_step_delay(long n) {
     if (n <= 0) return;
     struct timespec ts = {n / 1000, (n % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -136,6 +150,7 @@ typedef struct {
     bool profile;           /* LMTUNE_PROFILE: time the steps by kernel class */
     int profiled_steps;
     double profiled_time;   /* wall seconds of the profiled steps */
+    TestHooks hooks;        /* read when the loop starts */
 } Loop;
 
 /* One update from the accumulated gradients; returns -1 only on errors
@@ -275,11 +290,11 @@ static int run_loop(Loop *L, TrainResult *res) {
         TRY(tr->forward_backward(tr->self, b, scale, &st->dropout_rng, &loss, &ntok));
         if (cfg->loss_tokens && ntok != b->n_loss_tokens)
             return error_set("internal: the batch counts %ld loss tokens but the model counted %ld", b->n_loss_tokens, ntok);
-        if (inject_at("LMTUNE_INJECT_NAN_AT_STEP", it)) {
+        if (inject_at(L->hooks.nan_at, it)) {
             loss = NAN;
             if (tr->n_params) tr->params[0].grad[0] = NAN;
         }
-        if (inject_at("LMTUNE_INJECT_INF_GRAD_AT_STEP", it) && tr->n_params) tr->params[0].grad[0] = INFINITY;
+        if (inject_at(L->hooks.inf_grad_at, it) && tr->n_params) tr->params[0].grad[0] = INFINITY;
         if (isfinite(loss)) { st->window_loss += loss; st->window_loss_steps++; }
         else st->accum_bad = true;
         st->window_tokens += ntok;
@@ -343,7 +358,7 @@ static int run_loop(Loop *L, TrainResult *res) {
         res->iterations = it;
         res->updates = L->opt->step;
         res->skipped_updates = st->skipped_total;
-        test_step_delay();
+        test_step_delay(L->hooks.delay_ms);
         /* Workers stop together: a signal seen by any stops all after this iteration. */
         double stop = g_stop_signal;
         if (dist_world() > 1) TRY(dist_all_sum_doubles(&stop, 1));
@@ -444,6 +459,7 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     started = true;
     res->iterations = (int)L.st.iteration;
     L.profile = profile_requested();
+    L.hooks = test_hooks_read();
     /* A failure keeps what the run had learned: the last good adapters stay
      * on disk from the last save. */
     if (run_loop(&L, res) < 0) goto out;

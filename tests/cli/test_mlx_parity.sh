@@ -343,13 +343,13 @@ ok '[ $rc -eq 1 ] &&
    "--resume-adapter-file DIR: $(cat "$T/radir.log")"
 
 # ---- 12. a flag value that is the next flag ----
-want12="lmtune: error: --export-gguf: expected a value, got the flag --no-fuse"
-want12="$want12 (write --export-gguf=--no-fuse for a value that starts with --)"
-(cd "$T" && "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --export-gguf --no-fuse) > "$T/f12.log" 2>&1
+want12="lmtune: error: --export-gguf-adapter: expected a value, got the flag --no-fuse"
+want12="$want12 (write --export-gguf-adapter=--no-fuse for a value that starts with --)"
+(cd "$T" && "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --export-gguf-adapter --no-fuse) > "$T/f12.log" 2>&1
 rc=$?
 ok '[ $rc -eq 1 ] && [ ! -e "$T/--no-fuse" ] &&
     grep -qx "$want12" "$T/f12.log"' \
-   "--export-gguf --no-fuse: $(cat "$T/f12.log")"
+   "--export-gguf-adapter --no-fuse: $(cat "$T/f12.log")"
 "$BIN" train --model "$T/m" --data "$T/d" --adapter-path --iters 1 > "$T/t12.log" 2>&1
 rc=$?
 ok '[ $rc -eq 1 ] && grep -q "adapter-path: expected a value, got the flag --iters" "$T/t12.log"' \

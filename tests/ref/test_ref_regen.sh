@@ -6,11 +6,14 @@
 # Catches an edit of gen_refs.py / torch_model.py without a regeneration.
 # Also regenerates tests/ref/muon.json (gen_muon.py) and tests/ref/kv_rotating
 # (gen_kv_rotating.py): the same bytes.
-# Skipped (passes) when Debian's python with torch is not there.
+# Skipped (exit 77, a failure in strict runs) when Debian's python has no torch.
 set -eu
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
-if ! $PY -c "import torch" 2>/dev/null; then echo "summary: skipped (no torch at $PY)"; exit 0; fi
+if ! $PY -c "import torch" 2>/dev/null; then
+  echo "SKIP: no torch at $PY (scripts/install-deps.sh --test installs python3-torch)"
+  exit 77
+fi
 out=$(mktemp -d); extra=$(mktemp -d); trap 'rm -rf "$out" "$extra"' EXIT
 LMTUNE_REF_OUT="$out" $PY tests/ref/gen_refs.py > "$out/log.txt"
 $PY tests/ref/gen_muon.py "$extra/muon.json" > /dev/null
