@@ -6,7 +6,9 @@
 # label, and the newer `dtype` key), and for a given stored dtype the results
 # do not depend on the label: the same adapter bytes, test loss, generated
 # text, fused weights and planned arena. (A label that disagreed with the
-# weights crashed generate and eval: "memory plan too small".)
+# weights crashed generate and eval: "memory plan too small".) The same for
+# an MLX-quantized model (4-bit codes, bf16 scales) under three labels, and
+# every command on a GGUF base (no label: the file's tensors say it all).
 set -u
 BIN=${LMTUNE_BIN:-./lmtune}
 PY=/usr/bin/python3
@@ -114,5 +116,81 @@ for kind in F32 BF16 F16; do
     ok 'cmp -s "$r/fused/model.safetensors" "$o/fused/model.safetensors"' "$kind: fused weights differ with label $lab"
   done
 done
-echo "summary cli/dtype_labels: $checks checks, $fail failed (3 stored dtypes x 6 labels x 7 commands)"
+
+# ---- an MLX-quantized model: planned from its codes and scales, whatever the label ----
+"$BIN" convert --hf-path "$T/m_F32_tf32" --mlx-path "$T/q" --dtype bfloat16 -q --q-bits 4 --q-group-size 32 \
+  > "$T/convert.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ]' "convert -q: $(tail -1 "$T/convert.log")"
+"$PY" - "$T" <<'PY'
+import json, os, shutil, sys
+root = sys.argv[1]
+src = os.path.join(root, "q")
+for lab, kv in {"tf32": ("torch_dtype", "float32"), "tbf16": ("torch_dtype", "bfloat16"), "none": None}.items():
+    d = os.path.join(root, "q_" + lab)
+    shutil.copytree(src, d)
+    c = json.load(open(os.path.join(src, "config.json")))
+    c.pop("torch_dtype", None); c.pop("dtype", None)
+    if kv:
+        c[kv[0]] = kv[1]
+    json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
+PY
+for lab in tf32 tbf16 none; do
+  m="$T/q_$lab"; o="$T/oq_$lab"; mkdir -p "$o"
+  what="4-bit model (bf16 scales) labelled $lab"
+  "$BIN" train --model "$m" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
+    --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "train, $what: $(tail -1 "$o/train.log")"
+  "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "plan, $what: $(tail -1 "$o/plan.log")"
+  grep "^  arena" "$o/plan.log" > "$o/arena.txt"
+  "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+    > "$o/eval.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "eval, $what: $(tail -1 "$o/eval.log")"
+  "$BIN" train --model "$m" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+    --threads 1 > "$o/test.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+    "train --test (evaluation only), $what: $(tail -1 "$o/test.log")"
+  "$BIN" generate --model "$m" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
+    > "$o/gen.txt" 2> "$o/gen.err"
+  rc=$?; ok '[ $rc -eq 0 ]' "generate, $what: $(tail -1 "$o/gen.err")"
+  "$BIN" fuse --model "$m" --adapter-path "$o/ad" --save-path "$o/fused" > "$o/fuse.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "fuse, $what: $(tail -1 "$o/fuse.log")"
+done
+r="$T/oq_tf32"
+for lab in tbf16 none; do
+  o="$T/oq_$lab"
+  ok 'cmp -s "$r/ad/adapters.safetensors" "$o/ad/adapters.safetensors"' "4-bit: trained adapter differs with label $lab"
+  ok 'cmp -s "$r/arena.txt" "$o/arena.txt"' "4-bit: planned arena differs with label $lab ($(cat "$o/arena.txt"))"
+  ok '[ "$(grep "^Test loss" "$r/eval.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+     "4-bit: test loss differs with label $lab"
+  ok 'cmp -s "$r/gen.txt" "$o/gen.txt"' "4-bit: generated text differs with label $lab"
+  ok 'cmp -s "$r/fused/model.safetensors" "$o/fused/model.safetensors"' "4-bit: fused weights differ with label $lab"
+done
+
+# ---- a GGUF base (Q8_0 blocks): every command plans from the file's tensors ----
+"$BIN" fuse --model "$T/m_F32_tf32" --adapter-path "$T/o_F32_tf32/ad" --save-path "$T/gf" --export-gguf \
+  --gguf-type q8_0 > "$T/gf.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ]' "fuse --export-gguf --gguf-type q8_0: $(tail -1 "$T/gf.log")"
+G="$T/gf/ggml-model-f16.gguf"; o="$T/og"; mkdir -p "$o"
+"$BIN" train --model "$G" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
+  --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ]' "train on a GGUF base: $(tail -1 "$o/train.log")"
+"$BIN" plan --model "$G" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && grep -q "^  arena" "$o/plan.log"' "plan on a GGUF base: $(tail -1 "$o/plan.log")"
+"$BIN" plan --model "$G" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+  > "$o/plan_test.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Evaluation only" "$o/plan_test.log"' \
+  "plan --test (evaluation only) on a GGUF base: $(tail -1 "$o/plan_test.log")"
+"$BIN" eval --model "$G" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+  > "$o/eval.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Test loss" "$o/eval.log"' "eval on a GGUF base: $(tail -1 "$o/eval.log")"
+"$BIN" train --model "$G" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+  --threads 1 > "$o/test.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+  "train --test (evaluation only) on a GGUF base: $(tail -1 "$o/test.log")"
+"$BIN" generate --model "$G" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
+  > "$o/gen.txt" 2> "$o/gen.err"
+rc=$?; ok '[ $rc -eq 0 ]' "generate on a GGUF base: $(tail -1 "$o/gen.err")"
+echo "summary cli/dtype_labels: $checks checks, $fail failed (3 stored dtypes x 6 labels x 7 commands; a 4-bit model" \
+  "x 3 labels x 6 commands; a GGUF base x 6 commands)"
 [ $fail -eq 0 ]

@@ -195,7 +195,8 @@ ok 'grep -q "report_to wandb: lmtune reports to no service; the adapter director
       "$T/cli8.log" && grep -q "(report.html) and its history (metrics.jsonl)" "$T/cli8.log" &&
     grep -q -- "--metrics-file FILE appends" "$T/cli8.log"' \
    "the note says what lmtune does instead"
-for cmd in "train --data $T/d" "plan --data $T/d" "eval --data $T/d" "generate" "fuse --adapter-path $T/a"; do
+for cmd in "train --data $T/d" "plan --data $T/d" "eval --data $T/d" "generate" "fuse --adapter-path $T/a" \
+           "convert --mlx-path $T/trc_out"; do
   "$BIN" $cmd --model "$T/m" --trust-remote-code > "$T/trc.log" 2>&1
   rc=$?
   ok '[ $rc -eq 1 ] && grep -q "lmtune runs no model code" "$T/trc.log" && [ "$(wc -l < "$T/trc.log")" -eq 1 ]' \
