@@ -114,7 +114,7 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
         convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
         *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *fw = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+        *fw = fw_plain(t->data, t->dtype, rows, cols, matmul_weight_dtype(t->dtype));
     }
     return 0;
 }

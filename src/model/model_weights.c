@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -43,7 +44,7 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
     int64_t shape[2] = {rows, cols};
     const StTensor *t;
     TRY(st_model_expect(st, name, 2, shape, &t));
-    *out = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+    *out = fw_plain(t->data, t->dtype, rows, cols, matmul_weight_dtype(t->dtype));
     return 0;
 }
 
