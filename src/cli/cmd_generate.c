@@ -44,9 +44,10 @@ static const ArgSpec GENERATE_SPECS[] = {
      ARG_UNBOUNDED},
     {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter to apply; none: the base model", NULL,
      ARG_UNBOUNDED},
-    {"prompt", 'p', ARG_STRING, OFF(prompt), "TEXT", "prompt (\\n and \\t in it are a newline and a tab); - reads stdin",
-     NULL, ARG_UNBOUNDED},
-    {"max-tokens", 'm', ARG_INT, OFF(max_tokens), "N", "tokens to generate", NULL, ARG_AT_LEAST(1, "a positive integer")},
+    {"prompt", 'p', ARG_STRING, OFF(prompt), "TEXT",
+     "prompt (\\n and \\t in it are a newline and a tab); - reads stdin", NULL, ARG_UNBOUNDED},
+    {"max-tokens", 'm', ARG_INT, OFF(max_tokens), "N", "tokens to generate", NULL,
+     ARG_AT_LEAST(1, "a positive integer")},
     {"temp", 0, ARG_DOUBLE, OFF(temp), "T", "sampling temperature; 0: greedy", NULL, ARG_AT_LEAST(0, "a number >= 0")},
     {"top-p", 0, ARG_DOUBLE, OFF(top_p), "P", "nucleus sampling; 0 or 1: off", NULL, 0, "a number in [0, 1]", 1, 0},
     {"min-p", 0, ARG_DOUBLE, OFF(min_p), "P", "min-p sampling; 0: off", NULL, 0, "a number in [0, 1]", 1, 0},
@@ -62,8 +63,8 @@ static const ArgSpec GENERATE_SPECS[] = {
     {"max-kv-size", 0, ARG_INT, OFF(max_kv_size), "N",
      "KV cache positions; past them the first 4 stay and the oldest others are overwritten", NULL,
      ARG_AT_LEAST(5, "an integer >= 5")},
-    {"extra-eos-token", 0, ARG_STRING_LIST, OFF(extra_eos_token), "TOKEN", "also stop at this token (a string or an id)",
-     NULL, ARG_UNBOUNDED},
+    {"extra-eos-token", 0, ARG_STRING_LIST, OFF(extra_eos_token), "TOKEN",
+     "also stop at this token (a string or an id)", NULL, ARG_UNBOUNDED},
     {"system-prompt", 0, ARG_STRING, OFF(system_prompt), "TEXT", "system message for chat models", NULL, ARG_UNBOUNDED},
     {"prefill-response", 0, ARG_STRING, OFF(prefill_response), "TEXT", "start of the answer, which the model continues",
      NULL, ARG_UNBOUNDED},
@@ -159,7 +160,8 @@ static int chat_prompt(const Tokenizer *tok, const GenerateArgs *a, const char *
     }
     if (!src) return 0;
     ChatTemplate *ct;
-    if (chat_template_compile(&ct, src, a->chat_template ? a->chat_template : "tokenizer_config.json: chat_template") < 0) {
+    const char *origin = a->chat_template ? a->chat_template : "tokenizer_config.json: chat_template";
+    if (chat_template_compile(&ct, src, origin) < 0) {
         mem_free(owned);
         return -1;
     }
@@ -172,7 +174,8 @@ static int chat_prompt(const Tokenizer *tok, const GenerateArgs *a, const char *
         json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "assistant", "content", a->prefill_response));
     const char *bos = tokenizer_bos_token(tok), *eos = tokenizer_eos_token(tok);
     size_t len;
-    int rc = chat_template_apply_ex(ct, messages, NULL, !prefill, bos ? bos : "", eos ? eos : "", template_vars, out, &len);
+    int rc = chat_template_apply_ex(ct, messages, NULL, !prefill, bos ? bos : "", eos ? eos : "", template_vars, out,
+                                    &len);
     if (rc == 0 && prefill) rc = continue_final_message(*out, a->prefill_response);
     json_decref(messages);
     chat_template_free(ct);

@@ -19,36 +19,62 @@
 #define NONNEG ARG_AT_LEAST(0, "a non-negative integer")
 /* The flags of train, which plan shares. */
 #define TRAIN_FLAG_ROWS \
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory (config.json, *.safetensors, tokenizer.json) or a Hugging Face repo id in the local cache", NULL, ARG_UNBOUNDED}, \
-    {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (the default unless --test is given alone, as mlx_lm.lora)", NULL, ARG_UNBOUNDED}, \
-    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, ARG_UNBOUNDED}, \
+    {"model", 0, ARG_STRING, OFF(model), "DIR", \
+     "model directory (config.json, *.safetensors, tokenizer.json) or a Hugging Face repo id in the local cache", \
+     NULL, ARG_UNBOUNDED}, \
+    {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (the default unless --test is given alone, as mlx_lm.lora)", \
+     NULL, ARG_UNBOUNDED}, \
+    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, \
+     ARG_UNBOUNDED}, \
     {"fine-tune-type", 0, ARG_CHOICE, OFF(fine_tune_type), "TYPE", "what to train", "lora|dora|full", ARG_UNBOUNDED}, \
-    {"optimizer", 0, ARG_CHOICE, OFF(optimizer), "NAME", "optimizer (settings in the config file's optimizer_config)", "adam|adamw|muon|sgd|adafactor", ARG_UNBOUNDED}, \
-    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_UNBOUNDED}, \
-    {"num-layers", 0, ARG_INT, OFF(num_layers), "N", "number of last blocks to train; -1 for all", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
-    {"batch-size", 0, ARG_INT_OR_AUTO, OFF(batch_size), "N|auto", "rows per micro-batch; auto chooses it from --memory-limit", NULL, POS}, \
+    {"optimizer", 0, ARG_CHOICE, OFF(optimizer), "NAME", "optimizer (settings in the config file's optimizer_config)", \
+     "adam|adamw|muon|sgd|adafactor", ARG_UNBOUNDED}, \
+    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, \
+     ARG_UNBOUNDED}, \
+    {"num-layers", 0, ARG_INT, OFF(num_layers), "N", "number of last blocks to train; -1 for all", NULL, \
+     ARG_AT_LEAST(-1, "an integer >= -1")}, \
+    {"batch-size", 0, ARG_INT_OR_AUTO, OFF(batch_size), "N|auto", \
+     "rows per micro-batch; auto chooses it from --memory-limit", NULL, POS}, \
     {"iters", 0, ARG_INT, OFF(iters), "N", "micro-batch iterations", NULL, NONNEG}, \
-    {"val-batches", 0, ARG_INT, OFF(val_batches), "N", "validation batches (a fixed seeded subset); -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
-    {"learning-rate", 0, ARG_DOUBLE, OFF(learning_rate), "LR", "learning rate (without lr_schedule)", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
+    {"val-batches", 0, ARG_INT, OFF(val_batches), "N", \
+     "validation batches (a fixed seeded subset); -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
+    {"learning-rate", 0, ARG_DOUBLE, OFF(learning_rate), "LR", "learning rate (without lr_schedule)", NULL, \
+     ARG_AT_LEAST(0, "a non-negative number")}, \
     {"steps-per-report", 0, ARG_INT, OFF(steps_per_report), "N", "iterations between train-loss reports", NULL, POS}, \
     {"steps-per-eval", 0, ARG_INT, OFF(steps_per_eval), "N", "iterations between validations", NULL, POS}, \
-    {"resume-adapter-file", 0, ARG_STRING, OFF(resume_adapter_file), "FILE", "start from these adapter weights (as mlx_lm.lora)", NULL, ARG_UNBOUNDED}, \
-    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "where adapters, adapter_config.json and the training state are saved", NULL, ARG_UNBOUNDED}, \
+    {"resume-adapter-file", 0, ARG_STRING, OFF(resume_adapter_file), "FILE", \
+     "start from these adapter weights (as mlx_lm.lora)", NULL, ARG_UNBOUNDED}, \
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", \
+     "where adapters, adapter_config.json and the training state are saved", NULL, ARG_UNBOUNDED}, \
     {"save-every", 0, ARG_INT, OFF(save_every), "N", "iterations between saves", NULL, POS}, \
-    {"test", 0, ARG_BOOL, OFF(test), NULL, "evaluate on test.jsonl (after training with --train; alone: the adapter in --adapter-path)", NULL, ARG_UNBOUNDED}, \
-    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
-    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, ARG_AT_LEAST(2, "an integer >= 2")}, \
-    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, "recompute each block's activations in the backward pass", NULL, ARG_UNBOUNDED}, \
-    {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", NULL, ARG_UNBOUNDED}, \
+    {"test", 0, ARG_BOOL, OFF(test), NULL, \
+     "evaluate on test.jsonl (after training with --train; alone: the adapter in --adapter-path)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, \
+     ARG_AT_LEAST(-1, "an integer >= -1")}, \
+    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, \
+     ARG_AT_LEAST(2, "an integer >= 2")}, \
+    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, \
+     "recompute each block's activations in the backward pass", NULL, ARG_UNBOUNDED}, \
+    {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", \
+     NULL, ARG_UNBOUNDED}, \
     {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the batch order, LoRA init and dropout", NULL, ARG_UNBOUNDED}, \
-    {"prompt-feature", 0, ARG_STRING, OFF(prompt_feature), "KEY", "JSONL key of the prompt (completions data)", NULL, ARG_UNBOUNDED}, \
-    {"completion-feature", 0, ARG_STRING, OFF(completion_feature), "KEY", "JSONL key of the completion", NULL, ARG_UNBOUNDED}, \
-    {"text-feature", 0, ARG_STRING, OFF(text_feature), "KEY", "JSONL key of the text (text data)", NULL, ARG_UNBOUNDED}, \
-    {"chat-feature", 0, ARG_STRING, OFF(chat_feature), "KEY", "JSONL key of the messages (chat data)", NULL, ARG_UNBOUNDED}, \
-    {"report-to", 0, ARG_STRING, OFF(report_to), "SERVICES", "MLX-LM's wandb/swanlab reporting: accepted, not used (see --metrics-file)", NULL, ARG_UNBOUNDED}, \
-    {"project-name", 0, ARG_STRING, OFF(project_name), "NAME", "MLX-LM's logging project: accepted, not used", NULL, ARG_UNBOUNDED}, \
-    {"clear-cache-threshold", 0, ARG_STRING, OFF(clear_cache_threshold), "SIZE", "MLX's allocator cache: accepted, not used (lmtune plans one arena)", NULL, ARG_UNBOUNDED}, \
-    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL, ARG_UNBOUNDED}, \
+    {"prompt-feature", 0, ARG_STRING, OFF(prompt_feature), "KEY", "JSONL key of the prompt (completions data)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"completion-feature", 0, ARG_STRING, OFF(completion_feature), "KEY", "JSONL key of the completion", NULL, \
+     ARG_UNBOUNDED}, \
+    {"text-feature", 0, ARG_STRING, OFF(text_feature), "KEY", "JSONL key of the text (text data)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"chat-feature", 0, ARG_STRING, OFF(chat_feature), "KEY", "JSONL key of the messages (chat data)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"report-to", 0, ARG_STRING, OFF(report_to), "SERVICES", \
+     "MLX-LM's wandb/swanlab reporting: accepted, not used (see --metrics-file)", NULL, ARG_UNBOUNDED}, \
+    {"project-name", 0, ARG_STRING, OFF(project_name), "NAME", "MLX-LM's logging project: accepted, not used", NULL, \
+     ARG_UNBOUNDED}, \
+    {"clear-cache-threshold", 0, ARG_STRING, OFF(clear_cache_threshold), "SIZE", \
+     "MLX's allocator cache: accepted, not used (lmtune plans one arena)", NULL, ARG_UNBOUNDED}, \
+    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL, \
+     ARG_UNBOUNDED}, \
     {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_UNBOUNDED}, \
     {"epochs", 0, ARG_DOUBLE, OFF(epochs), "N", "train N passes over the data (sets --iters); 0: use --iters", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
     {"max-grad-norm", 0, ARG_DOUBLE, OFF(max_grad_norm), "X", "clip the global gradient norm to X; 0: no clipping", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
@@ -237,8 +263,10 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
             {"scale_parameter", 'b', offsetof(AdafactorConfig, scale_parameter)}, {"relative_step", 'b', offsetof(AdafactorConfig, relative_step)},
             {"warmup_init", 'b', offsetof(AdafactorConfig, warmup_init)}};
         static const FieldSpec MUON[] = {
-            {"momentum", 'd', offsetof(MuonConfig, momentum)}, {"weight_decay", 'd', offsetof(MuonConfig, weight_decay)},
-            {"nesterov", 'b', offsetof(MuonConfig, nesterov)}, {"ns_steps", 'i', offsetof(MuonConfig, ns_steps)}};
+            {"momentum", 'd', offsetof(MuonConfig, momentum)},
+            {"weight_decay", 'd', offsetof(MuonConfig, weight_decay)},
+            {"nesterov", 'b', offsetof(MuonConfig, nesterov)},
+            {"ns_steps", 'i', offsetof(MuonConfig, ns_steps)}};
         for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
             const char *k = args_yaml_scalar(yaml_document_get_node(doc, p->key));
             yaml_node_t *vn = yaml_document_get_node(doc, p->value);
