@@ -133,7 +133,12 @@ int adapter_config_write(const TrainArgs *a, int iters, const char *dir) {
     json_decref(sorted);
     json_decref(mlx);
     json_decref(ours);
-    if (!text) return error_set("adapter_config.json: out of memory");
+    if (!text && rc < 0) {
+        return error_prefix("adapter_config.json");   /* our allocator's message (size) stays */
+    }
+    if (!text) {
+        return error_set("adapter_config.json: out of memory");
+    }
     char *path = path_join(dir, "adapter_config.json");
     rc = path ? atomic_write_file(path, text, strlen(text)) : -1;
     mem_free(path);
