@@ -42,7 +42,7 @@ step "2. Test loss before training"
 
 step "3. Train a LoRA adapter on the capitals"
 "$BIN" train --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS" \
-  --adapter-path "$OUT/adapters" --test
+  --adapter-path "$OUT/adapters" --train --test
 
 # a training phrasing, and one the adapter never saw (demo/data/test.jsonl)
 for q in "What is the capital of France?" "Do you know the capital of Japan?"; do

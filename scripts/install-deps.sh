@@ -28,6 +28,7 @@ PKGS="gcc make pkg-config libdnnl-dev libjansson-dev libpcre2-dev libyaml-dev li
 TEST_PKGS=(
   "python3 bc"                      # shell tests read safetensors with the stdlib; the runner's timings
   "python3-torch python3-numpy"     # tests/ref/test_ref_regen.sh: the PyTorch references regenerate identically
+  "python3-numpy"                   # tests/train/mlx_schedules.py: MLX's learning-rate schedules in float32
   "libopenblas0-openmp"             # ... with a real BLAS under Debian's torch (the netlib one is very slow)
   "python3-jinja2"                  # tests/template/test_chat_python.sh: chat templates against Jinja2
   "nodejs"                          # the JavaScript references (tests/node: tokenizers, @huggingface/jinja)

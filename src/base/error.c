@@ -5,6 +5,39 @@
 #include <string.h>
 
 static _Thread_local char message[2048];
+static int g_quiet;
+static void (*g_line_hook)(void *);
+static void *g_line_ctx;
+
+void log_set_quiet(int quiet) { g_quiet = quiet; }
+
+void log_set_line_hook(void (*hook)(void *ctx), void *ctx) {
+    g_line_hook = hook;
+    g_line_ctx = ctx;
+}
+
+static void log_v(const char *prefix, const char *fmt, va_list ap) {
+    if (g_quiet) return;
+    if (g_line_hook) g_line_hook(g_line_ctx);
+    fputs(prefix, stdout);
+    vfprintf(stdout, fmt, ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void log_warning(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_v("[WARNING] ", fmt, ap);
+    va_end(ap);
+}
+
+void log_info(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_v("", fmt, ap);
+    va_end(ap);
+}
 
 int error_set(const char *fmt, ...) {
     va_list ap;

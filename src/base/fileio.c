@@ -197,8 +197,8 @@ long atomic_remove_stale(const char *dir) {
     }
     closedir(d);
     if (removed > 0)
-        fprintf(stderr, "[WARNING] %s: removed %ld temporary file%s left by an interrupted save\n", dir, removed,
-                removed == 1 ? "" : "s");
+        log_warning("%s: removed %ld temporary file%s left by an interrupted save", dir, removed,
+                    removed == 1 ? "" : "s");
     return removed;
 }
 

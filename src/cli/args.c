@@ -2,14 +2,18 @@
  * shares (see args.h). The flag tables live with their commands
  * (cli/train_args.c for train and plan). */
 #include "cli/args.h"
+#include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/sys.h"
+#include "formats/hf_hub.h"
 
 /* ---- strings read from YAML ---- */
 
@@ -27,6 +31,19 @@ static const char *keep_string(const char *s) {
     char *copy = mem_strdup(s);
     if (copy) g_strings[g_n_strings++] = copy;
     return copy;
+}
+
+const char *args_keep(const char *s) { return keep_string(s); }
+
+int args_resolve_model(const char **model) {
+    if (!*model) return 0;
+    char *dir;
+    TRY(hf_hub_resolve_model(*model, &dir));
+    const char *kept = keep_string(dir);
+    mem_free(dir);
+    TRY_PTR(kept);
+    *model = kept;
+    return 0;
 }
 
 void args_release(void) {
@@ -153,6 +170,13 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
     }
     case ARG_BOOL:
         return args_parse_bool(where, text, (bool *)field);
+    case ARG_TRUE_FALSE:
+        if (!strcasecmp(text, "true") || !strcasecmp(text, "t") || !strcasecmp(text, "false") ||
+            !strcasecmp(text, "f")) {
+            *(bool *)field = tolower((unsigned char)text[0]) == 't';
+            return 0;
+        }
+        return error_set("%s: expected True or False, got \"%s\"", where, text);
     case ARG_SIZE: {
         size_t v;
         if (parse_size(text, &v) < 0 || !in_range(s, (double)v))
@@ -200,6 +224,55 @@ bool args_yaml_is_null(yaml_node_t *n) {
     return !*v || !strcmp(v, "null") || !strcmp(v, "~") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
+/* PyYAML's YAML 1.1 booleans, integers and MLX-LM's float resolver. */
+static json_t *yaml_scalar_json(yaml_node_t *n) {
+    const char *v = (const char *)n->data.scalar.value;
+    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return json_string(v);
+    if (args_yaml_is_null(n)) return json_null();
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) if (!strcmp(v, yes[i])) return json_true();
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) if (!strcmp(v, no[i])) return json_false();
+    char *end;
+    errno = 0;
+    long long iv = strtoll(v, &end, 10);
+    if (*v && !*end && errno == 0) return json_integer(iv);
+    double dv = strtod(v, &end);
+    bool numeric = *v && !*end && strpbrk(v, "0123456789") && !strpbrk(v, "xXpP");
+    if (numeric && isfinite(dv)) return json_real(dv);
+    return json_string(v);
+}
+
+json_t *args_yaml_to_json(yaml_document_t *doc, yaml_node_t *n) {
+    if (!n) return json_null();
+    if (n->type == YAML_SCALAR_NODE) return yaml_scalar_json(n);
+    if (n->type == YAML_SEQUENCE_NODE) {
+        json_t *a = json_array();
+        for (yaml_node_item_t *it = n->data.sequence.items.start; a && it < n->data.sequence.items.top; it++)
+            if (json_array_append_new(a, args_yaml_to_json(doc, yaml_document_get_node(doc, *it))) < 0) {
+                json_decref(a);
+                return NULL;
+            }
+        return a;
+    }
+    json_t *o = json_object();
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; o && p < n->data.mapping.pairs.top; p++) {
+        const char *k = args_yaml_scalar(yaml_document_get_node(doc, p->key));
+        json_t *v = args_yaml_to_json(doc, yaml_document_get_node(doc, p->value));
+        if (!k || !v || json_object_set_new(o, k, v) < 0) {
+            json_decref(v);
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+int args_refuse_remote_code(void) {
+    return error_set("--trust-remote-code: lmtune runs no model code (it reads config.json, the safetensors "
+                     "weights and tokenizer.json only), so a model that needs its own Python code cannot be used");
+}
+
 /* A repeatable flag in YAML: one value or a list of them, replacing the default. */
 static int yaml_list(const ArgSpec *s, void *opts, const char *path, yaml_document_t *doc, yaml_node_t *vn) {
     ((ArgStringList *)((char *)opts + s->offset))->count = 0;
@@ -241,7 +314,9 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
         const char *key = args_yaml_scalar(kn);
         if (!key) { rc = error_set("%s: a key is not a plain name", path); goto done; }
         const ArgSpec *s = find_yaml(t, key);
-        if (s && s->short_name == 'c') s = NULL;
+        /* MLX-LM's command line wins over a config file's `config` key (an
+         * adapter_config.json written by MLX-LM has one): ignored */
+        if (s && s->short_name == 'c') continue;
         if (s) {
             if (args_yaml_is_null(vn)) continue;
             if (s->type == ARG_STRING_LIST) {
@@ -263,7 +338,10 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
         bool ignored = false;
         for (const char *const *ig = t->yaml_ignored; ig && *ig; ig++) if (!strcmp(*ig, key)) ignored = true;
         if (ignored && args_yaml_is_null(vn)) continue;
-        if (ignored) { fprintf(stderr, "Warning: %s: \"%s\" is not supported by lmtune and is ignored.\n", path, key); continue; }
+        if (ignored) {
+            log_warning("%s: \"%s\" is not supported by lmtune and is ignored", path, key);
+            continue;
+        }
         rc = error_set("%s: unknown option \"%s\" (lmtune %s --help lists them)", path, key, t->command);
         goto done;
     }
@@ -273,6 +351,13 @@ done:
 }
 
 /* ---- command line ---- */
+
+/* A separate value that starts with "--" is the next flag: the value was
+ * forgotten. `--flag=--value` is the way to give such a value. */
+static int flag_as_value(const char *name, const char *value) {
+    return error_set("--%s: expected a value, got the flag %s (write --%s=%s for a value that starts with --)",
+                     name, value, name, value);
+}
 
 static const ArgSpec *lookup(const ArgTable *t, const char *arg, const char **inline_value) {
     *inline_value = NULL;
@@ -301,6 +386,7 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
         if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) return error_set("%s: expected a file name", argv[i]);
             r->config_path = argv[++i];
+            if (r->config_path[0] == '-' && r->config_path[1] == '-') return flag_as_value("config", r->config_path);
         } else if (!strncmp(argv[i], "--config=", 9)) {
             r->config_path = argv[i] + 9;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
@@ -332,6 +418,8 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
             if (!value) {
                 if (i + 1 >= argc) return error_set("--%s: expected a value", s->name);
                 value = argv[++i];
+                /* `--export-gguf-adapter --no-fuse` is a forgotten value, not a file named --no-fuse */
+                if (value[0] == '-' && value[1] == '-') return flag_as_value(s->name, value);
             }
             if (s->type == ARG_STRING_LIST && !listed[s - t->specs]) {
                 /* the command line's values replace the default's and YAML's */
@@ -339,6 +427,9 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
                 listed[s - t->specs] = true;
             }
             TRY(set_value(s, opts, value, NULL));
+            /* nargs="+": the values that follow, up to the next flag */
+            while (s->type == ARG_STRING_LIST && i + 1 < argc && argv[i + 1][0] != '-')
+                TRY(set_value(s, opts, argv[++i], NULL));
         }
         r->seen[s - t->specs] = true;
     }
@@ -364,6 +455,9 @@ void args_value_text(const ArgSpec *s, const void *opts, char *buf, size_t cap) 
     case ARG_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)f); break;
     case ARG_DOUBLE: snprintf(buf, cap, "%g", *(const double *)f); break;
     case ARG_BOOL: snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off"); break;
+    case ARG_TRUE_FALSE:
+        snprintf(buf, cap, "%s", *(const bool *)f ? "True" : "False");
+        break;
     case ARG_SIZE: { size_t v = *(const size_t *)f; if (v) snprintf(buf, cap, "%zu bytes", v); else snprintf(buf, cap, "none"); break; }
     case ARG_STRING_LIST: {
         const ArgStringList *list = f;

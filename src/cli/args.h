@@ -26,7 +26,10 @@ typedef enum {
     ARG_CHOICE,     /* const char *, one of `choices` ("lora|dora|full") */
     ARG_SIZE,       /* size_t from "8GB", "7.5GiB", ..., in the spec's range */
     ARG_INT_OR_AUTO,/* int, in the spec's range, or "auto" stored as 0 */
-    ARG_STRING_LIST /* ArgStringList: repeatable, each use appends a value (YAML: a list) */
+    ARG_STRING_LIST,/* ArgStringList: repeatable, each use appends its values (argparse's nargs="+":
+                       `--flag a b` appends a and b; YAML: a list) */
+    ARG_TRUE_FALSE  /* bool that takes a value: true/false, t/f in any case (mlx_lm.generate's
+                       --verbose True|False) */
 } ArgType;
 
 #define ARG_NO_MIN (-1e300)
@@ -94,6 +97,11 @@ void args_value_text(const ArgSpec *s, const void *opts, char *buf, size_t cap);
 bool args_was_set(const ArgTable *t, const ArgResult *r, const char *name);
 /* Strings read from YAML live until this is called. */
 void args_release(void);
+/* A copy of s that lives as long (until args_release); NULL on no memory. */
+const char *args_keep(const char *s);
+/* --model through the Hugging Face cache (formats/hf_hub.h): *model becomes
+ * the directory (kept as args_keep does). */
+int args_resolve_model(const char **model);
 
 /* Helpers for YAML hooks. */
 const char *args_yaml_scalar(struct yaml_node_s *n);   /* NULL when not a scalar */
@@ -101,4 +109,10 @@ int args_parse_double(const char *where, const char *text, double *out);
 int args_parse_int(const char *where, const char *text, int *out);
 int args_parse_bool(const char *where, const char *text, bool *out);
 bool args_yaml_is_null(struct yaml_node_s *n);   /* a missing value, `~` or `null` */
+/* A YAML node as JSON, scalars typed as PyYAML's SafeLoader with MLX-LM's
+ * float resolver types them (null, bool, int, float such as 1e-5, else a
+ * string); NULL on an allocation failure. */
+struct json_t *args_yaml_to_json(struct yaml_document_s *doc, struct yaml_node_s *n);
+/* The refusal of --trust-remote-code / trust_remote_code (every command). */
+int args_refuse_remote_code(void);
 #endif

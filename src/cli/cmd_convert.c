@@ -41,7 +41,7 @@ static const ArgSpec CONVERT_SPECS[] = {
     {"dequantize", 'd', ARG_BOOL, OFF(dequantize), NULL, "dequantize a quantized model", NULL, ARG_UNBOUNDED},
     {"upload-repo", 0, ARG_STRING, OFF(upload_repo), "REPO", "not supported (lmtune does not upload)", NULL,
      ARG_UNBOUNDED},
-    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "accepted and ignored (no remote code runs)",
+    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code",
      NULL, ARG_UNBOUNDED},
     {"max-shard-size", 0, ARG_SIZE, OFF(max_shard_size), "SIZE", "largest safetensors shard (default 5GiB, as MLX)",
      NULL, ARG_AT_LEAST(1, "a positive size such as 5GB, 512MB or 2GiB")},
@@ -59,6 +59,11 @@ int cmd_convert(int argc, char **argv) {
     ConvertArgs a = {.mlx_path = "mlx_model", .q_mode = "affine"};
     if (args_parse(&CONVERT_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
+    if (a.trust_remote_code) {   /* as every command (MLX-LM parity, issue 13 item 8) */
+        args_refuse_remote_code();
+        die_with_error();
+    }
+    if (args_resolve_model(&a.hf_path) < 0) die_with_error();
     if (a.upload_repo) {
         error_set("--upload-repo: lmtune does not upload models; upload %s with huggingface-cli", a.mlx_path);
         die_with_error();

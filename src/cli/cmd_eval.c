@@ -9,39 +9,50 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "base/alloc.h"
 #include "base/error.h"
-#include "base/fileio.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "data/batching.h"
-#include "data/dataset.h"
+#include "cli/eval_run.h"
 #include "dist/dist.h"
-#include "model/adapter_io.h"
-#include "tokenizer/tokenizer.h"
-#include "train/sources.h"
-#include "train/trainer.h"
+#include "formats/hf_hub.h"
 
 typedef struct {
     const char *model, *adapter_path, *data, *chat_template;
+    const char *prompt_feature, *completion_feature, *text_feature, *chat_feature;
     int test_batches, max_seq_length, batch_size, threads;
     uint64_t seed;
-    bool mask_prompt;
+    bool mask_prompt, trust_remote_code;
     ArgResult parsed;
 } EvalArgs;
 
 #define OFF(f) offsetof(EvalArgs, f)
 static const ArgSpec EVAL_SPECS[] = {
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory", NULL, ARG_UNBOUNDED},
-    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory (adapter_config.json, adapters.safetensors); none: the base model", NULL, ARG_UNBOUNDED},
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory, or a Hugging Face repo id in the local cache", NULL,
+     ARG_UNBOUNDED},
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR",
+     "adapter directory (adapter_config.json, adapters.safetensors); none: the base model", NULL, ARG_UNBOUNDED},
     {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with test.jsonl", NULL, ARG_UNBOUNDED},
-    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")},
-    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, ARG_AT_LEAST(2, "an integer >= 2")},
+    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL,
+     ARG_AT_LEAST(-1, "an integer >= -1")},
+    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL,
+     ARG_AT_LEAST(2, "an integer >= 2")},
     {"batch-size", 0, ARG_INT, OFF(batch_size), "N", "rows per batch", NULL, ARG_AT_LEAST(1, "a positive integer")},
-    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_UNBOUNDED},
+    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL,
+     ARG_UNBOUNDED},
     {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the test subset", NULL, ARG_UNBOUNDED},
-    {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL, ARG_AT_LEAST(0, "a non-negative integer")},
-    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_UNBOUNDED},
+    {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL,
+     ARG_AT_LEAST(0, "a non-negative integer")},
+    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL,
+     ARG_UNBOUNDED},
+    {"prompt-feature", 0, ARG_STRING, OFF(prompt_feature), "KEY", "JSONL key of the prompt (completions data)", NULL,
+     ARG_UNBOUNDED},
+    {"completion-feature", 0, ARG_STRING, OFF(completion_feature), "KEY", "JSONL key of the completion", NULL,
+     ARG_UNBOUNDED},
+    {"text-feature", 0, ARG_STRING, OFF(text_feature), "KEY", "JSONL key of the text (text data)", NULL, ARG_UNBOUNDED},
+    {"chat-feature", 0, ARG_STRING, OFF(chat_feature), "KEY", "JSONL key of the messages (chat data)", NULL,
+     ARG_UNBOUNDED},
+    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL,
+     ARG_UNBOUNDED},
 };
 static const ArgTable EVAL_TABLE = {
     "eval", "eval --model DIR --data DIR [--adapter-path DIR] [flags]",
@@ -49,58 +60,34 @@ static const ArgTable EVAL_TABLE = {
 };
 
 static int run_eval(EvalArgs *a) {
-    if (!a->model) return error_set("--model is required (a model directory)");
+    if (a->trust_remote_code) return args_refuse_remote_code();
 #ifdef _OPENMP
     if (a->threads > 0) omp_set_num_threads(a->threads);
 #endif
-    Tokenizer *tok = NULL;
-    TRY(model_tokenizer_load(&tok, a->model));
-    DatasetOptions dopt;
-    dataset_options_default(&dopt);
-    dopt.mask_prompt = a->mask_prompt;
-    char *tmpl = NULL;
-    int rc = -1;
-    Dataset test;
-    bool have_test = false, present;
-    Model *m = NULL;
-    Arena arena = {0};
-    DataSource src;
-    bool have_src = false;
-    if (a->chat_template) {
-        size_t n;
-        if (file_read_all(a->chat_template, 64u << 20, &tmpl, &n) < 0) { error_prefix("--chat-template"); goto out; }
-        dopt.chat_template = tmpl;
-    }
-    if (dataset_load_split(&test, a->data, "test", tok, &dopt, &present) < 0) goto out;
-    have_test = true;
-    int width = batch_max_width(&test, a->batch_size, a->max_seq_length);
-    if (model_open_inference(&m, &arena, a->model, a->adapter_path, a->batch_size, width - 1, 0) < 0) goto out;
-    if (data_source_init(&src, NULL, NULL, &test, a->batch_size, a->max_seq_length, dist_rank(), dist_world(), a->seed) < 0) goto out;
-    have_src = true;
-    Trainee tr = model_trainee(m);
-    BatchSource bs = data_source_iface(&src);
-    double loss;
-    long ntok;
-    bool have;
-    if (train_evaluate(&tr, &bs, SPLIT_TEST, a->test_batches, &loss, &ntok, &have) < 0) goto out;
-    if (dist_rank() == 0) printf("Test loss %.3f, Test ppl %.3f.\n", loss, exp(loss));
-    rc = 0;
-out:
-    if (have_src) data_source_free(&src);
-    if (m) model_free(m);
-    arena_free(&arena);
-    if (have_test) dataset_free(&test);
-    mem_free(tmpl);
-    tokenizer_free(tok);
-    return rc;
+    EvalRequest r = {
+        .model = a->model, .adapter_path = a->adapter_path, .data = a->data, .chat_template = a->chat_template,
+        .test_batches = a->test_batches, .max_seq_length = a->max_seq_length, .batch_size = a->batch_size,
+        .seed = a->seed,
+    };
+    dataset_options_default(&r.data_options);
+    r.data_options.mask_prompt = a->mask_prompt;
+    r.data_options.prompt_feature = a->prompt_feature;
+    r.data_options.completion_feature = a->completion_feature;
+    r.data_options.text_feature = a->text_feature;
+    r.data_options.chat_feature = a->chat_feature;
+    return eval_run(&r);
 }
 
 int cmd_eval(int argc, char **argv) {
-    EvalArgs a = {.data = "data", .test_batches = 500, .max_seq_length = 2048, .batch_size = 4};
+    EvalArgs a = {.data = "data", .test_batches = 500, .max_seq_length = 2048, .batch_size = 4,
+                  .prompt_feature = "prompt", .completion_feature = "completion", .text_feature = "text",
+                  .chat_feature = "messages"};
     if (dist_init(&argc, &argv) < 0) die_with_error();
     if (args_parse(&EVAL_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
-    int rc = run_eval(&a);
+    int rc = args_resolve_model(&a.model);
+    if (rc == 0) rc = hf_hub_check_data(a.data);
+    if (rc == 0) rc = run_eval(&a);
     if (rc < 0) fprintf(stderr, "lmtune: error: %s\n", error_message());
     args_release();
     dist_finalize();

@@ -22,13 +22,14 @@ typedef struct {
     const char *model, *adapter_path, *save_path, *export_peft, *export_gguf_adapter;
     const char *gguf_path, *gguf_type;
     size_t max_shard_size;
-    bool no_fuse, export_gguf, dequantize;
+    bool no_fuse, export_gguf, dequantize, trust_remote_code;
     ArgResult parsed;
 } FuseArgs;
 
 #define OFF(f) offsetof(FuseArgs, f)
 static const ArgSpec FUSE_SPECS[] = {
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "base model directory", NULL, ARG_UNBOUNDED},
+    {"model", 0, ARG_STRING, OFF(model), "DIR", "base model directory, or a Hugging Face repo id in the local cache",
+     NULL, ARG_UNBOUNDED},
     {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "adapter directory", NULL, ARG_UNBOUNDED},
     {"save-path", 0, ARG_STRING, OFF(save_path), "DIR", "fused model output", NULL, ARG_UNBOUNDED},
     {"max-shard-size", 0, ARG_SIZE, OFF(max_shard_size), "SIZE", "largest safetensors shard (5GB, 512MB, 2GiB)", NULL,
@@ -47,6 +48,8 @@ static const ArgSpec FUSE_SPECS[] = {
     {"dequantize", 0, ARG_BOOL, OFF(dequantize), NULL,
      "write a quantized base's fused model in full precision (default: quantized again with each module's bits)",
      NULL, ARG_UNBOUNDED},
+    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL,
+     ARG_UNBOUNDED},
 };
 #undef OFF
 static const ArgTable FUSE_TABLE = {
@@ -63,6 +66,11 @@ int cmd_fuse(int argc, char **argv) {
                   .max_shard_size = 5000000000ull, .gguf_path = "ggml-model-f16.gguf", .gguf_type = "f16"};
     if (args_parse(&FUSE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
+    if (a.trust_remote_code) {
+        args_refuse_remote_code();
+        die_with_error();
+    }
+    if (args_resolve_model(&a.model) < 0) die_with_error();
     if (a.export_gguf && a.no_fuse) {
         error_set("--export-gguf writes the fused model: it cannot be combined with --no-fuse");
         die_with_error();
@@ -96,5 +104,6 @@ int cmd_fuse(int argc, char **argv) {
         if (gguf_export_adapter(a.model, a.adapter_path, a.export_gguf_adapter) < 0) die_with_error();
         printf("GGUF adapter saved to %s\n", a.export_gguf_adapter);
     }
+    args_release();
     return 0;
 }

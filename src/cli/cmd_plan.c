@@ -11,7 +11,9 @@
 #include "cli/run_record.h"
 #include "cli/train_args.h"
 #include "dist/dist.h"
+#include "data/batching.h"
 #include "memory/run_plan.h"
+#include "model/adapter_io.h"
 #include "report/report_html.h"
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +36,38 @@ static void print_checkpoint_flip(const RunShape *shape, const RunInputs *in) {
     }
     plan_free(&p2);
     error_clear();
+}
+
+/* The plan of `lmtune train --test` without --train: the model opened for
+ * inference with the adapter of --adapter-path, the widest test batch, the
+ * tokenised test set and the process baseline. */
+static int plan_test_only(TrainArgs *a, RunData *d) {
+    if (a->batch_size == 0) return error_set("--batch-size auto plans a training run; give a number with --test");
+    TRY(run_data_load_model(d, a));
+    DatasetOptions o;
+    run_data_options(a, &o);
+    if (d->cfg.n_eos > 0) o.eos_fallback = d->cfg.eos_token_ids[0];
+    bool present;
+    TRY(dataset_load_split(&d->test, a->data, "test", d->tok, &o, &present));
+    d->have_test = true;
+    int width = batch_max_width(&d->test, a->batch_size, a->max_seq_length);
+    MemPlan plan;
+    ModelSpec spec;
+    const char *adapter = a->adapter_path && a->adapter_path[0] ? a->adapter_path : NULL;
+    int rc = model_plan_inference(&plan, &spec, a->model, adapter, a->batch_size, width - 1, 0, 0);
+    if (rc == 0) rc = plan_note(&plan, MEM_DATASET, "tokenised test set", dataset_bytes(&d->test), false);
+    RunInputs in = {.cfg = &d->cfg, .train = &d->test, .world = 1};
+    if (rc == 0) rc = plan_note(&plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured",
+                                run_baseline_now(&in), false);
+    if (rc == 0) {
+        RunShape shape = {.model_dir = a->model, .batch_size = a->batch_size, .grad_accumulation_steps = 1,
+                          .max_seq_length = a->max_seq_length};
+        printf("Evaluation only (--test without --train): the test set with %s\n",
+               adapter ? adapter : "the base model (no adapter)");
+        run_plan_print(&shape, &spec, &plan, a->plan_verbose, stdout);
+    }
+    plan_free(&plan);
+    return rc;
 }
 
 /* A plan's classes into a bar of the page. */
@@ -109,21 +143,24 @@ int cmd_plan(int argc, char **argv) {
     TrainArgs a;
     train_args_default(&a);
     if (plan_args_parse(&a, argc, argv) < 0) {
-        args_release();
+        train_args_free(&a);
         die_with_error();
     }
     if (a.parsed.help) {
-        args_release();
+        train_args_free(&a);
         return 0;
     }
     RunData d;
     int world = a.plan_workers ? a.plan_workers : dist_world() > 0 ? dist_world() : 1;
     int rc = 0;
-    if (run_data_load(&d, &a, world) < 0 || plan_run(&a, &d, argc, argv) < 0) {
+    memset(&d, 0, sizeof d);
+    int ok = a.train ? run_data_load(&d, &a, world) == 0 && plan_run(&a, &d, argc, argv) == 0
+                     : plan_test_only(&a, &d) == 0;
+    if (!ok) {
         rc = 1;
         fprintf(stderr, "lmtune: error: %s\n", error_message());
     }
     run_data_free(&d);
-    args_release();
+    train_args_free(&a);
     return rc;
 }

@@ -1,12 +1,13 @@
-/* cmd_train.c: `lmtune train`, mlx_lm.lora's training run. Reads the flags
+/* cmd_train.c: `lmtune train`, mlx_lm.lora's run. Reads the flags
  * (cli/args.h), loads the tokenizer and the data splits, plans and carves
  * the model and the optimizer moments, writes adapter_config.json, runs the
- * loop (train/trainer.h) and, with --test, evaluates the test set. Exit
- * status: 0, 1 on an error, 128 + signal when SIGINT/SIGTERM stopped the
- * run (after the adapters and the full state were saved). */
+ * loop (train/trainer.h) and, with --test, evaluates the test set; --test
+ * without --train only evaluates the adapter in --adapter-path (cli/
+ * eval_run.h) and writes nothing. Prints mlx_lm.lora's progress lines on
+ * stdout. Exit status: 0, 1 on an error, 128 + signal when SIGINT/SIGTERM
+ * stopped the run (after the adapters and the full state were saved). */
 #include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +19,12 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "base/sys.h"
-#include "cli/train_args.h"
+#include "cli/adapter_config.h"
 #include "cli/commands.h"
+#include "cli/eval_run.h"
 #include "cli/run_data.h"
 #include "cli/run_record.h"
+#include "cli/train_args.h"
 #include "memory/run_plan.h"
 #include "data/batching.h"
 #include "data/dataset.h"
@@ -106,21 +109,6 @@ static double base_parameters(const ModelConfig *c) {
     return V * C * (c->tie_word_embeddings ? 1 : 2) + C + block * c->num_hidden_layers;
 }
 
-static json_t *json_num_list(const double *v, int n) {
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
-    return a;
-}
-
-static json_t *adam_json(const AdamConfig *c, bool with_decay) {
-    json_t *o = json_pack("{s:o, s:f, s:b}", "betas", json_num_list(c->betas, 2), "eps", c->eps,
-                          "bias_correction", c->bias_correction);
-    if (with_decay) json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
-    return o;
-}
-
-static json_t *nullable(double v) { return isnan(v) ? json_null() : json_real(v); }
-
 /* The frozen_products of the run an --resume continues: 1 (found, *out
  * set), 0 (no record: a run of an older lmtune) or -1 (error set). */
 static int resumed_products(const char *adapter_dir, DType *out) {
@@ -163,71 +151,6 @@ static int choose_products(const TrainArgs *a, const ModelConfig *cfg, RunShape 
     return 0;
 }
 
-/* MLX-LM writes its whole argument namespace, keys sorted, 4-space indent;
- * we add the dtype the frozen products took (frozen_products: a --resume of
- * an auto run takes the same, so that it continues the same computation). */
-static int write_adapter_config(const TrainArgs *a, const char *dir, DType products) {
-    json_t *j = json_object();
-#define S(k, v) json_object_set_new(j, k, (v) ? json_string(v) : json_null())
-#define I(k, v) json_object_set_new(j, k, json_integer(v))
-#define F(k, v) json_object_set_new(j, k, json_real(v))
-#define B(k, v) json_object_set_new(j, k, json_boolean(v))
-    S("model", a->model); B("train", true); S("data", a->data); S("fine_tune_type", a->fine_tune_type);
-    S("optimizer", a->optimizer); B("mask_prompt", a->mask_prompt); I("num_layers", a->num_layers);
-    I("batch_size", a->batch_size); I("iters", a->iters); I("val_batches", a->val_batches);
-    F("learning_rate", a->learning_rate); I("steps_per_report", a->steps_per_report);
-    I("steps_per_eval", a->steps_per_eval); S("resume_adapter_file", a->resume_adapter_file);
-    S("adapter_path", a->adapter_path); I("save_every", a->save_every); B("test", a->test);
-    I("test_batches", a->test_batches); I("max_seq_length", a->max_seq_length); S("config", a->config);
-    B("grad_checkpoint", a->grad_checkpoint); I("grad_accumulation_steps", a->grad_accumulation_steps);
-    I("seed", (json_int_t)a->seed);
-    F("epochs", a->epochs); F("max_grad_norm", a->max_grad_norm); S("loss_normalization", a->loss_normalization);
-    S("weights_dtype", a->weights_dtype); S("metrics_file", a->metrics_file);
-    S("frozen_products", products == DTYPE_BF16 ? "bf16" : "f32");
-#undef S
-#undef I
-#undef F
-#undef B
-    if (!strcmp(a->fine_tune_type, "full")) {
-        json_object_set_new(j, "lora_parameters", json_null());
-    } else {
-        json_t *lp = json_pack("{s:i, s:f, s:f}", "rank", a->lora.rank, "dropout", a->lora.dropout, "scale", a->lora.scale);
-        if (a->lora.n_keys) {
-            json_t *keys = json_array();
-            for (int k = 0; k < a->lora.n_keys; k++) json_array_append_new(keys, json_string(a->lora.keys[k]));
-            json_object_set_new(lp, "keys", keys);
-        }
-        json_object_set_new(j, "lora_parameters", lp);
-    }
-    if (a->lr_schedule.set) {
-        json_object_set_new(j, "lr_schedule", json_pack("{s:s, s:i, s:f, s:o}", "name", a->lr_schedule.name,
-                            "warmup", a->lr_schedule.warmup, "warmup_init", a->lr_schedule.warmup_init, "arguments",
-                            json_num_list(a->lr_schedule.arguments, a->lr_schedule.n_arguments)));
-    } else {
-        json_object_set_new(j, "lr_schedule", json_null());
-    }
-    const OptimizerConfig *o = &a->optimizer_config;
-    const AdafactorConfig *af = &o->adafactor;
-    json_t *oc = json_object();
-    json_object_set_new(oc, "adam", adam_json(&o->adam, false));
-    json_object_set_new(oc, "adamw", adam_json(&o->adamw, true));
-    json_object_set_new(oc, "sgd", json_pack("{s:f, s:f, s:f, s:b}", "momentum", o->sgd.momentum, "weight_decay",
-                                             o->sgd.weight_decay, "dampening", o->sgd.dampening, "nesterov", o->sgd.nesterov));
-    json_object_set_new(oc, "adafactor", json_pack("{s:o, s:o, s:f, s:f, s:o, s:f, s:b, s:b, s:b}",
-        "learning_rate", nullable(af->learning_rate), "eps", json_num_list(af->eps, 2), "clip_threshold", af->clip_threshold,
-        "decay_rate", af->decay_rate, "beta_1", nullable(af->beta_1), "weight_decay", af->weight_decay,
-        "scale_parameter", af->scale_parameter, "relative_step", af->relative_step, "warmup_init", af->warmup_init));
-    json_object_set_new(j, "optimizer_config", oc);
-    char *text = json_dumps(j, JSON_INDENT(4) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
-    json_decref(j);
-    if (!text) return error_set("adapter_config.json: out of memory");
-    char *path = path_join(dir, "adapter_config.json");
-    int rc = path ? atomic_write_file(path, text, strlen(text)) : -1;
-    mem_free(path);
-    free(text);
-    return rc;
-}
-
 typedef struct {
     TrainArgs a;
     int argc;               /* the command line, for run.json */
@@ -248,7 +171,20 @@ static void run_free(Run *r) {
     arena_free(&r->arena);
     if (r->have_src) data_source_free(&r->src);
     if (r->have_data) run_data_free(&r->d);
-    args_release();
+    train_args_free(&r->a);
+}
+
+/* mlx_lm.lora --test without --train: the adapter in --adapter-path (none
+ * when it is "") on the test set; nothing is written. */
+static int run_test_only(const TrainArgs *a) {
+    if (a->batch_size == 0) return error_set("--batch-size auto plans a training run; give a number with --test");
+    EvalRequest e = {
+        .model = a->model, .adapter_path = a->adapter_path, .data = a->data, .chat_template = a->chat_template,
+        .test_batches = a->test_batches, .max_seq_length = a->max_seq_length, .batch_size = a->batch_size,
+        .seed = a->seed, .mlx_log = true,
+    };
+    run_data_options(a, &e.data_options);
+    return eval_run(&e);
 }
 
 /* The trainer's hook: ADAPTER_DIR/report.html after each evaluation and at the end. */
@@ -262,9 +198,18 @@ static int run_train(Run *r, int *exit_code) {
 #ifdef _OPENMP
     if (a->threads > 0) omp_set_num_threads(a->threads);
 #endif
+    if (a->resume_adapter_file && dir_exists(a->resume_adapter_file))
+        return error_set("--resume-adapter-file %s: is a directory; it must be an adapter file such as "
+                         "%s/adapters.safetensors", a->resume_adapter_file, a->resume_adapter_file);
+    if (a->config) log_info("Loading configuration file %s", a->config);
+    if (!a->train) return run_test_only(a);
     /* Config, tokenizer and data: all a plan needs besides the weights' headers. */
     r->have_data = true;
-    TRY(run_data_load(&r->d, a, world));
+    log_info("Loading pretrained model");
+    TRY(run_data_load_model(&r->d, a));
+    log_info("Loading datasets");
+    TRY(run_data_load_splits(&r->d, a, world));
+    log_info("Training");
     const ModelConfig *cfg = &r->d.cfg;
     RunShape shape;
     TRY(train_args_run_shape(a, cfg, &shape));
@@ -299,12 +244,15 @@ static int run_train(Run *r, int *exit_code) {
     rng_seed(&init_rng, a->seed);
     TRY(model_init_trainables(r->model, &init_rng));
     Trainee tr = model_trainee(r->model);
-    if (a->resume_adapter_file) TRY(checkpoint_load_adapters(a->resume_adapter_file, tr.params, tr.n_params));
+    if (a->resume_adapter_file) {
+        log_info("Loading fine-tuned weights from %s", a->resume_adapter_file);
+        TRY(checkpoint_load_adapters(a->resume_adapter_file, tr.params, tr.n_params));
+    }
     Carver ocv = {&r->arena, NULL};
     TRY(optimizer_layout(&r->opt, &a->optimizer_config, tr.params, tr.n_params, &ocv));
     r->have_opt = true;
     if (r->arena.used != r->arena.capacity)
-        fprintf(stderr, "[WARNING] memory plan: %zu arena bytes planned, %zu carved\n", r->arena.capacity, r->arena.used);
+        log_warning("memory plan: %zu arena bytes planned, %zu carved", r->arena.capacity, r->arena.used);
 
     TRY(data_source_init(&r->src, &r->d.train, r->d.have_valid ? &r->d.valid : NULL, r->d.have_test ? &r->d.test : NULL,
                          a->batch_size, a->max_seq_length, rank, world, a->seed));
@@ -320,7 +268,7 @@ static int run_train(Run *r, int *exit_code) {
         if (a->epochs > 0) printf("Epochs: %g x %d batches = %d iterations\n", a->epochs, r->src.train.n_batches, iters);
         fflush(stdout);
         TRY(dir_ensure(a->adapter_path));
-        if (!a->resume) TRY(write_adapter_config(a, a->adapter_path, spec.weight_dtype));
+        if (!a->resume) TRY(adapter_config_write(a, iters, a->adapter_path, spec.weight_dtype));
         record.spec = &spec;
         record.trainable = trainable;
         record.total_params = total;
@@ -376,6 +324,7 @@ static int run_train(Run *r, int *exit_code) {
                1e3 * dist_comm_seconds() / (double)res.updates, dist_comm_calls(), dist_comm_seconds());
     if (res.stop_signal) { *exit_code = 128 + res.stop_signal; return 0; }
     if (a->test) {
+        log_info("Testing");
         double loss;
         long n;
         bool have;
@@ -390,8 +339,8 @@ int cmd_train(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     train_args_default(&r.a);
     if (dist_init(&argc, &argv) < 0) die_with_error();
-    if (train_args_parse(&r.a, argc, argv) < 0) { args_release(); die_with_error(); }
-    if (r.a.parsed.help) { args_release(); return 0; }
+    if (train_args_parse(&r.a, argc, argv) < 0) { train_args_free(&r.a); die_with_error(); }
+    if (r.a.parsed.help) { train_args_free(&r.a); return 0; }
     r.argc = argc;
     r.argv = argv;
     int exit_code = 0;

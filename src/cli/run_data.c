@@ -5,14 +5,26 @@
 #include "base/error.h"
 #include "base/fileio.h"
 
-int run_data_load(RunData *d, const TrainArgs *a, int world) {
+void run_data_options(const TrainArgs *a, DatasetOptions *o) {
+    dataset_options_default(o);
+    o->mask_prompt = a->mask_prompt;
+    o->skip_bad_lines = a->skip_bad_lines;
+    o->prompt_feature = a->prompt_feature;
+    o->completion_feature = a->completion_feature;
+    o->text_feature = a->text_feature;
+    o->chat_feature = a->chat_feature;
+}
+
+int run_data_load_model(RunData *d, const TrainArgs *a) {
     memset(d, 0, sizeof *d);
     TRY(model_config_load(a->model, &d->cfg));
-    TRY(model_tokenizer_load(&d->tok, a->model));
+    return model_tokenizer_load(&d->tok, a->model);
+}
+
+int run_data_load_splits(RunData *d, const TrainArgs *a, int world) {
     DatasetOptions o;
-    dataset_options_default(&o);
-    o.mask_prompt = a->mask_prompt;
-    o.skip_bad_lines = a->skip_bad_lines;
+    run_data_options(a, &o);
+    if (d->cfg.n_eos > 0) o.eos_fallback = d->cfg.eos_token_ids[0];
     if (a->chat_template) {
         size_t n;
         if (file_read_all(a->chat_template, 64u << 20, &d->chat_template, &n) < 0)
@@ -27,6 +39,11 @@ int run_data_load(RunData *d, const TrainArgs *a, int world) {
         TRY(dataset_load_split(&d->test, a->data, "test", d->tok, &o, &present));
         d->have_test = true;
     }
+    if (a->mask_prompt) {
+        dataset_warn_no_targets(&d->train, a->max_seq_length);
+        if (d->have_valid) dataset_warn_no_targets(&d->valid, a->max_seq_length);
+        if (d->have_test) dataset_warn_no_targets(&d->test, a->max_seq_length);
+    }
     d->in.cfg = &d->cfg;
     d->in.train = &d->train;
     d->in.valid = d->have_valid ? &d->valid : NULL;
@@ -34,6 +51,11 @@ int run_data_load(RunData *d, const TrainArgs *a, int world) {
     d->in.world = world;
     d->in.baseline = run_baseline_now(&d->in);
     return 0;
+}
+
+int run_data_load(RunData *d, const TrainArgs *a, int world) {
+    TRY(run_data_load_model(d, a));
+    return run_data_load_splits(d, a, world);
 }
 
 void run_data_free(RunData *d) {

@@ -20,7 +20,12 @@ typedef struct {
     RunInputs in;          /* points into this struct */
 } RunData;
 
-/* Loads the splits (test only with --test) for `world` workers. */
+/* config.json and the tokenizer, then the splits (test only with --test)
+ * for `world` workers; run_data_load does both. */
+int run_data_load_model(RunData *d, const TrainArgs *a);
+int run_data_load_splits(RunData *d, const TrainArgs *a, int world);
 int run_data_load(RunData *d, const TrainArgs *a, int world);
+/* The data options of the run's flags (mask, feature keys, bad lines, template). */
+void run_data_options(const TrainArgs *a, DatasetOptions *o);
 void run_data_free(RunData *d);
 #endif

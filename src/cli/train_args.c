@@ -4,12 +4,14 @@
  * their combinations, and the translation of the flags into the run shape
  * the memory planner works on (memory/run_plan.h). */
 #include "cli/train_args.h"
+#include <jansson.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <yaml.h>
 #include "base/error.h"
+#include "formats/hf_hub.h"
 #include "kernels/matmul.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
@@ -17,28 +19,62 @@
 #define NONNEG ARG_AT_LEAST(0, "a non-negative integer")
 /* The flags of train, which plan shares. */
 #define TRAIN_FLAG_ROWS \
-    {"model", 0, ARG_STRING, OFF(model), "DIR", "model directory (config.json, *.safetensors, tokenizer.json)", NULL, ARG_UNBOUNDED}, \
-    {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (always on for lmtune train; accepted for mlx_lm.lora compatibility)", NULL, ARG_UNBOUNDED}, \
-    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, ARG_UNBOUNDED}, \
+    {"model", 0, ARG_STRING, OFF(model), "DIR", \
+     "model directory (config.json, *.safetensors, tokenizer.json) or a Hugging Face repo id in the local cache", \
+     NULL, ARG_UNBOUNDED}, \
+    {"train", 0, ARG_BOOL, OFF(train), NULL, "do training (the default unless --test is given alone, as mlx_lm.lora)", \
+     NULL, ARG_UNBOUNDED}, \
+    {"data", 0, ARG_STRING, OFF(data), "DIR", "directory with train.jsonl, valid.jsonl, test.jsonl", NULL, \
+     ARG_UNBOUNDED}, \
     {"fine-tune-type", 0, ARG_CHOICE, OFF(fine_tune_type), "TYPE", "what to train", "lora|dora|full", ARG_UNBOUNDED}, \
-    {"optimizer", 0, ARG_CHOICE, OFF(optimizer), "NAME", "optimizer (settings in the config file's optimizer_config)", "adam|adamw|sgd|adafactor", ARG_UNBOUNDED}, \
-    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, ARG_UNBOUNDED}, \
-    {"num-layers", 0, ARG_INT, OFF(num_layers), "N", "number of last blocks to train; -1 for all", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
-    {"batch-size", 0, ARG_INT_OR_AUTO, OFF(batch_size), "N|auto", "rows per micro-batch; auto chooses it from --memory-limit", NULL, POS}, \
+    {"optimizer", 0, ARG_CHOICE, OFF(optimizer), "NAME", "optimizer (settings in the config file's optimizer_config)", \
+     "adam|adamw|muon|sgd|adafactor", ARG_UNBOUNDED}, \
+    {"mask-prompt", 0, ARG_BOOL, OFF(mask_prompt), NULL, "loss on the completion / last message only", NULL, \
+     ARG_UNBOUNDED}, \
+    {"num-layers", 0, ARG_INT, OFF(num_layers), "N", "number of last blocks to train; -1 for all", NULL, \
+     ARG_AT_LEAST(-1, "an integer >= -1")}, \
+    {"batch-size", 0, ARG_INT_OR_AUTO, OFF(batch_size), "N|auto", \
+     "rows per micro-batch; auto chooses it from --memory-limit", NULL, POS}, \
     {"iters", 0, ARG_INT, OFF(iters), "N", "micro-batch iterations", NULL, NONNEG}, \
-    {"val-batches", 0, ARG_INT, OFF(val_batches), "N", "validation batches (a fixed seeded subset); -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
-    {"learning-rate", 0, ARG_DOUBLE, OFF(learning_rate), "LR", "learning rate (without lr_schedule)", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
+    {"val-batches", 0, ARG_INT, OFF(val_batches), "N", \
+     "validation batches (a fixed seeded subset); -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
+    {"learning-rate", 0, ARG_DOUBLE, OFF(learning_rate), "LR", "learning rate (without lr_schedule)", NULL, \
+     ARG_AT_LEAST(0, "a non-negative number")}, \
     {"steps-per-report", 0, ARG_INT, OFF(steps_per_report), "N", "iterations between train-loss reports", NULL, POS}, \
     {"steps-per-eval", 0, ARG_INT, OFF(steps_per_eval), "N", "iterations between validations", NULL, POS}, \
-    {"resume-adapter-file", 0, ARG_STRING, OFF(resume_adapter_file), "FILE", "start from these adapter weights (as mlx_lm.lora)", NULL, ARG_UNBOUNDED}, \
-    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", "where adapters, adapter_config.json and the training state are saved", NULL, ARG_UNBOUNDED}, \
+    {"resume-adapter-file", 0, ARG_STRING, OFF(resume_adapter_file), "FILE", \
+     "start from these adapter weights (as mlx_lm.lora)", NULL, ARG_UNBOUNDED}, \
+    {"adapter-path", 0, ARG_STRING, OFF(adapter_path), "DIR", \
+     "where adapters, adapter_config.json and the training state are saved", NULL, ARG_UNBOUNDED}, \
     {"save-every", 0, ARG_INT, OFF(save_every), "N", "iterations between saves", NULL, POS}, \
-    {"test", 0, ARG_BOOL, OFF(test), NULL, "evaluate on test.jsonl after training", NULL, ARG_UNBOUNDED}, \
-    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
-    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, ARG_AT_LEAST(2, "an integer >= 2")}, \
-    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, "recompute each block's activations in the backward pass", NULL, ARG_UNBOUNDED}, \
-    {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", NULL, ARG_UNBOUNDED}, \
+    {"test", 0, ARG_BOOL, OFF(test), NULL, \
+     "evaluate on test.jsonl (after training with --train; alone: the adapter in --adapter-path)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, \
+     ARG_AT_LEAST(-1, "an integer >= -1")}, \
+    {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, \
+     ARG_AT_LEAST(2, "an integer >= 2")}, \
+    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, \
+     "recompute each block's activations in the backward pass", NULL, ARG_UNBOUNDED}, \
+    {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", \
+     NULL, ARG_UNBOUNDED}, \
     {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the batch order, LoRA init and dropout", NULL, ARG_UNBOUNDED}, \
+    {"prompt-feature", 0, ARG_STRING, OFF(prompt_feature), "KEY", "JSONL key of the prompt (completions data)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"completion-feature", 0, ARG_STRING, OFF(completion_feature), "KEY", "JSONL key of the completion", NULL, \
+     ARG_UNBOUNDED}, \
+    {"text-feature", 0, ARG_STRING, OFF(text_feature), "KEY", "JSONL key of the text (text data)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"chat-feature", 0, ARG_STRING, OFF(chat_feature), "KEY", "JSONL key of the messages (chat data)", NULL, \
+     ARG_UNBOUNDED}, \
+    {"report-to", 0, ARG_STRING, OFF(report_to), "SERVICES", \
+     "MLX-LM's wandb/swanlab reporting: accepted, not used (see --metrics-file)", NULL, ARG_UNBOUNDED}, \
+    {"project-name", 0, ARG_STRING, OFF(project_name), "NAME", "MLX-LM's logging project: accepted, not used", NULL, \
+     ARG_UNBOUNDED}, \
+    {"clear-cache-threshold", 0, ARG_STRING, OFF(clear_cache_threshold), "SIZE", \
+     "MLX's allocator cache: accepted, not used (lmtune plans one arena)", NULL, ARG_UNBOUNDED}, \
+    {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL, \
+     ARG_UNBOUNDED}, \
     {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_UNBOUNDED}, \
     {"epochs", 0, ARG_DOUBLE, OFF(epochs), "N", "train N passes over the data (sets --iters); 0: use --iters", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
     {"max-grad-norm", 0, ARG_DOUBLE, OFF(max_grad_norm), "X", "clip the global gradient norm to X; 0: no clipping", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
@@ -69,7 +105,8 @@ static const ArgSpec PLAN_SPECS[] = {
 #undef NONNEG
 #undef OFF
 
-static const char *const MLX_IGNORED_KEYS[] = {"report_to", "project_name", "wandb", "clear_cache_threshold", NULL};
+/* An old MLX-LM key (the wandb project, before report_to). */
+static const char *const MLX_IGNORED_KEYS[] = {"wandb", NULL};
 
 static int yaml_number_list(const char *where, yaml_document_t *doc, yaml_node_t *n, double *out, int max, int *count) {
     if (!n || n->type != YAML_SEQUENCE_NODE) return error_set("%s: expected a list of numbers", where);
@@ -140,6 +177,10 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
             if (k && !strcmp(k, "keys")) {
                 if (vn->type != YAML_SEQUENCE_NODE) return error_set("%s: expected a list of layer names", where);
                 a->lora.n_keys = 0;
+                if (vn->data.sequence.items.start == vn->data.sequence.items.top)
+                    return error_set("%s: an empty list puts LoRA on no layer (MLX-LM then trains nothing); list the "
+                                     "layers, e.g. [self_attn.q_proj, self_attn.v_proj], or leave keys out for every "
+                                     "linear layer of a block", where);
                 for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top; it++) {
                     const char *name = args_yaml_scalar(yaml_document_get_node(doc, *it));
                     if (!name || strlen(name) >= sizeof a->lora.keys[0]) return error_set("%s: expected layer names such as self_attn.q_proj", where);
@@ -195,7 +236,15 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
         }
         if (!have_name || !have_args) return error_set("%s: lr_schedule needs a name and arguments", file);
         c->set = true;
+        json_decref(a->lr_schedule_json);
+        TRY_PTR(a->lr_schedule_json = args_yaml_to_json(doc, v));
         return 1;
+    }
+    if (!strcmp(key, "hf_dataset")) {
+        if (args_yaml_is_null(v)) return 1;
+        return error_set("%s: hf_dataset: lmtune reads local JSONL files only; export the Hugging Face data set "
+                         "to DIR/train.jsonl, valid.jsonl and test.jsonl first (datasets' Dataset.to_json) and pass "
+                         "--data DIR", file);
     }
     if (!strcmp(key, "optimizer_config")) {
         if (args_yaml_is_null(v)) return 1;
@@ -213,6 +262,11 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
             {"beta_1", 'n', offsetof(AdafactorConfig, beta_1)}, {"weight_decay", 'd', offsetof(AdafactorConfig, weight_decay)},
             {"scale_parameter", 'b', offsetof(AdafactorConfig, scale_parameter)}, {"relative_step", 'b', offsetof(AdafactorConfig, relative_step)},
             {"warmup_init", 'b', offsetof(AdafactorConfig, warmup_init)}};
+        static const FieldSpec MUON[] = {
+            {"momentum", 'd', offsetof(MuonConfig, momentum)},
+            {"weight_decay", 'd', offsetof(MuonConfig, weight_decay)},
+            {"nesterov", 'b', offsetof(MuonConfig, nesterov)},
+            {"ns_steps", 'i', offsetof(MuonConfig, ns_steps)}};
         for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
             const char *k = args_yaml_scalar(yaml_document_get_node(doc, p->key));
             yaml_node_t *vn = yaml_document_get_node(doc, p->value);
@@ -223,9 +277,12 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
             else if (k && !strcmp(k, "adamw")) TRY(yaml_fields(file, section, doc, vn, ADAM, 4, &o->adamw));
             else if (k && !strcmp(k, "sgd")) TRY(yaml_fields(file, section, doc, vn, SGD, 4, &o->sgd));
             else if (k && !strcmp(k, "adafactor")) TRY(yaml_fields(file, section, doc, vn, ADAFACTOR, 9, &o->adafactor));
-            else if (k && !strcmp(k, "muon")) fprintf(stderr, "Warning: %s: optimizer_config.muon is ignored (lmtune has no Muon).\n", file);
-            else return error_set("%s: optimizer_config: unknown optimizer \"%s\" (adam, adamw, sgd, adafactor)", file, k ? k : "?");
+            else if (k && !strcmp(k, "muon")) TRY(yaml_fields(file, section, doc, vn, MUON, 4, &o->muon));
+            else return error_set("%s: optimizer_config: unknown optimizer \"%s\" (adam, adamw, muon, sgd, adafactor)",
+                                  file, k ? k : "?");
         }
+        json_decref(a->optimizer_config_json);
+        TRY_PTR(a->optimizer_config_json = args_yaml_to_json(doc, v));
         return 1;
     }
     return 0;
@@ -246,6 +303,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
     "                    sgd: {momentum: 0.0, weight_decay: 0.0, dampening: 0.0, nesterov: false}\n" \
     "                    adafactor: {relative_step: true, scale_parameter: true, warmup_init: false, beta_1: null,\n" \
     "                                eps: [1e-30, 1e-3], clip_threshold: 1.0, decay_rate: -0.8, weight_decay: 0.0}\n" \
+    "                    muon: {momentum: 0.95, weight_decay: 0.01, nesterov: true, ns_steps: 5}\n" \
+    "  prompt_feature, completion_feature, text_feature, chat_feature: the JSONL keys (also flags)\n" \
     "Exit status: 0; 1 on an error; 130 / 143 after SIGINT / SIGTERM (adapters and state saved; --resume continues).\n"
 
 const ArgTable TRAIN_ARGS_TABLE = {
@@ -254,6 +313,13 @@ const ArgTable TRAIN_ARGS_TABLE = {
     TRAIN_SPECS, sizeof TRAIN_SPECS / sizeof TRAIN_SPECS[0], true, train_yaml_hook, MLX_IGNORED_KEYS,
     TRAIN_EPILOG,
 };
+
+void train_args_free(TrainArgs *a) {
+    json_decref(a->optimizer_config_json);
+    json_decref(a->lr_schedule_json);
+    a->optimizer_config_json = a->lr_schedule_json = NULL;
+    args_release();
+}
 
 void train_args_default(TrainArgs *a) {
     memset(a, 0, sizeof *a);
@@ -274,6 +340,10 @@ void train_args_default(TrainArgs *a) {
     a->max_seq_length = 2048;
     a->grad_accumulation_steps = 1;
     a->seed = 0;
+    a->prompt_feature = "prompt";
+    a->completion_feature = "completion";
+    a->text_feature = "text";
+    a->chat_feature = "messages";
     a->lora.rank = 8;
     a->lora.scale = 20.0;
     a->lora.dropout = 0.0;
@@ -299,9 +369,30 @@ const ArgTable PLAN_ARGS_TABLE = {
     TRAIN_EPILOG,
 };
 
+/* The MLX-LM options lmtune accepts and ignores, one line each, the same
+ * from the command line and from YAML (on stdout, with the log). */
+static void print_mlx_only_notes(const ArgTable *t, const TrainArgs *a) {
+    if (was_set_in(t, a, "report-to"))
+        printf("[WARNING] report_to %s: lmtune reports to no service; the adapter directory gets the training "
+               "report (report.html) and its history (metrics.jsonl), and --metrics-file FILE appends the records "
+               "anywhere\n", a->report_to);
+    if (was_set_in(t, a, "project-name"))
+        printf("[WARNING] project_name %s: lmtune reports to no service; the adapter directory gets the training "
+               "report (report.html) and its history (metrics.jsonl), and --metrics-file FILE appends the records "
+               "anywhere\n", a->project_name);
+    if (was_set_in(t, a, "clear-cache-threshold") && strcmp(a->clear_cache_threshold, "0"))
+        printf("[WARNING] clear_cache_threshold %s: lmtune has no allocator cache to clear (one arena, planned "
+               "before the first step)\n", a->clear_cache_threshold);
+    fflush(stdout);
+}
+
 static int parse_with(const ArgTable *t, TrainArgs *a, int argc, char **argv) {
     TRY(args_parse(t, a, argc, argv, &a->parsed));
     if (a->parsed.help) return 0;
+    if (a->trust_remote_code) return args_refuse_remote_code();
+    /* mlx_lm.lora: --test without --train only evaluates; lmtune train trains by default */
+    if (!was_set_in(t, a, "train")) a->train = !a->test;
+    if (!a->train && !a->test) return error_set("Must provide at least one of --train or --test");
     if (a->grad_accumulation_steps < 1) return error_set("grad_accumulation_steps must be at least 1");
     if (was_set_in(t, a, "epochs") && was_set_in(t, a, "iters") && a->epochs > 0)
         return error_set("--epochs and --iters both given: --epochs sets the number of iterations, give one of them");
@@ -310,6 +401,10 @@ static int parse_with(const ArgTable *t, TrainArgs *a, int argc, char **argv) {
     if (a->resume && a->resume_adapter_file)
         return error_set("--resume and --resume-adapter-file both given: --resume continues the full state in --adapter-path");
     if (!a->model) return error_set("--model is required (a model directory)");
+    a->model_name = a->model;
+    TRY(args_resolve_model(&a->model));
+    TRY(hf_hub_check_data(a->data));
+    print_mlx_only_notes(t, a);
     return 0;
 }
 
@@ -358,7 +453,13 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     } else if (!strcmp(a->weights_dtype, "f32")) {
         spec->weight_dtype = DTYPE_F32;
     } else {
-        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype); /* train_args_weights_dtype measures */
+        /* auto: the matrices are used as the stored weights say they are (the
+         * safetensors headers or the GGUF tensors, not config.json's
+         * torch_dtype label): BF16 where oneDNN has bf16 products, else F32;
+         * train_args_weights_dtype then measures which is faster */
+        DType stored;
+        TRY(model_file_dtype(a->model, cfg, &stored));
+        spec->weight_dtype = matmul_weight_dtype(stored);
     }
     spec->training = true;
     out->model_dir = a->model;

@@ -21,8 +21,9 @@ typedef struct {
 
 typedef struct {
     /* MLX-LM's flags */
-    const char *model;
-    bool train;
+    const char *model;          /* after parsing: the directory (a repo id resolved in the HF cache) */
+    const char *model_name;     /* --model as given (adapter_config.json's "model") */
+    bool train;                 /* after parsing: whether to train (see train_args_parse) */
     const char *data;
     const char *fine_tune_type; /* lora | dora | full */
     const char *optimizer;      /* adam | adamw | sgd | adafactor */
@@ -43,10 +44,18 @@ typedef struct {
     bool grad_checkpoint;
     int grad_accumulation_steps;
     uint64_t seed;
+    /* MLX-LM's data column keys (config keys of tuner/datasets.py) */
+    const char *prompt_feature, *completion_feature, *text_feature, *chat_feature;
+    /* MLX-LM options lmtune has no use for: accepted with a note */
+    const char *report_to, *project_name, *clear_cache_threshold;
+    bool trust_remote_code;     /* refused: lmtune runs no model code */
     /* config-file sections */
     LoraParams lora;
     ScheduleConfig lr_schedule;
     OptimizerConfig optimizer_config;
+    /* optimizer_config and lr_schedule as the YAML gave them (jansson, NULL:
+     * not given), written back to adapter_config.json in MLX-LM's shape */
+    struct json_t *optimizer_config_json, *lr_schedule_json;
     /* ours */
     double epochs;              /* 0: use iters */
     double max_grad_norm;       /* 0: no clipping */
@@ -68,10 +77,17 @@ typedef struct {
 } TrainArgs;
 
 void train_args_default(TrainArgs *a);
+/* Frees what parsing kept (the YAML sections' JSON, the YAML strings). */
+void train_args_free(TrainArgs *a);
 extern const ArgTable TRAIN_ARGS_TABLE;
 extern const ArgTable PLAN_ARGS_TABLE;   /* train's flags plus --verbose and --workers */
 /* Defaults, then YAML, then the command line; also checks the combinations
- * (e.g. --iters with --epochs) and resolves optimizer_config's kind. */
+ * (e.g. --iters with --epochs), resolves optimizer_config's kind and
+ * whether the run trains: as mlx_lm.lora, `--test` without `--train` (or
+ * YAML train: false) only evaluates the adapter in --adapter-path; without
+ * either flag `lmtune train` trains. Prints the one-line notes of the
+ * MLX-LM options lmtune accepts and ignores (report_to, project_name,
+ * clear_cache_threshold). */
 int train_args_parse(TrainArgs *a, int argc, char **argv);
 /* The same for `lmtune plan` (PLAN_ARGS_TABLE). */
 int plan_args_parse(TrainArgs *a, int argc, char **argv);

@@ -158,7 +158,7 @@ static void fill_batch(BatchIter *it, int b) {
     if (longest > (size_t)it->max_seq_length && !it->warned) {
         char msg[512];
         batch_truncation_warning(msg, sizeof msg, it->max_seq_length, longest);
-        fprintf(stderr, "%s\n", msg);
+        log_warning("%s", msg + strlen("[WARNING] "));
         it->warned = true; /* once per run, not once per batch as MLX-LM does */
     }
     out->rows = rows;

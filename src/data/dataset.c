@@ -25,6 +25,7 @@ void dataset_options_default(DatasetOptions *o) {
     o->completion_feature = "completion";
     o->chat_feature = "messages";
     o->text_feature = "text";
+    o->eos_fallback = -1;
 }
 
 const char *dataset_format_name(DataFormat f) {
@@ -37,6 +38,7 @@ typedef struct {
     const Tokenizer *tok;
     const DatasetOptions *o;
     ChatTemplate *tmpl;
+    json_t *extra;    /* MLX-LM's template variables: {"enable_thinking": has_thinking} */
     bool detected;
     long detected_line;
     size_t token_cap, example_cap;
@@ -99,8 +101,8 @@ static int render_and_encode(Loader *L, json_t *messages, json_t *tools, bool ad
                              int32_t **ids, size_t *n) {
     char *text = NULL;
     size_t len = 0;
-    if (chat_template_apply(L->tmpl, messages, tools, add_generation_prompt, tokenizer_bos_token(L->tok),
-                            tokenizer_eos_token(L->tok), &text, &len) < 0)
+    if (chat_template_apply_ex(L->tmpl, messages, tools, add_generation_prompt, tokenizer_bos_token(L->tok),
+                               tokenizer_eos_token(L->tok), L->extra, &text, &len) < 0)
         return error_prefix("%s:%ld: chat template", L->path, L->line_no);
     int rc = encode(L, text, len, false, ids, n);
     mem_free(text);
@@ -125,7 +127,10 @@ static int process_text(Loader *L, json_t *rec) {
     int32_t *ids = NULL;
     size_t n = 0;
     TRY(encode(L, text, len, true, &ids, &n));
+    /* MLX-LM appends the tokenizer's EOS; a tokenizer without one (no
+     * tokenizer_config.json) falls back to config.json's eos_token_id */
     int32_t eos = tokenizer_eos_id(L->tok);
+    if (eos < 0) eos = L->o->eos_fallback;
     if (eos >= 0 && (n == 0 || ids[n - 1] != eos)) {
         int32_t *grown = mem_realloc(ids, (n + 1) * sizeof *ids);
         if (!grown) { mem_free(ids); return L->fatal = true, -1; }
@@ -238,6 +243,8 @@ static int prepare_format(Loader *L) {
                          L->path, dataset_format_name(L->d->format));
     if (chat_template_compile(&L->tmpl, source, "chat_template") < 0)
         return error_prefix("%s: chat template", L->path);
+    L->extra = json_pack("{s:b}", "enable_thinking", tokenizer_has_thinking(L->tok));
+    if (!L->extra) return L->fatal = true, error_set("%s: out of memory", L->path);
     return 0;
 }
 
@@ -303,12 +310,13 @@ static int load_file(Dataset *d, const char *path, const Tokenizer *tok, const D
     if (d->bad_lines > 0) {
         char summary[1024];
         bad_line_summary(&L, summary, sizeof summary);
-        fprintf(stderr, "[WARNING] %s: skipped %zu bad lines (%s)\n", path, d->bad_lines, summary);
+        log_warning("%s: skipped %zu bad lines (%s)", path, d->bad_lines, summary);
     }
     rc = 0;
 done:
     jsonl_close(&r);
     chat_template_free(L.tmpl);
+    json_decref(L.extra);
     for (int i = 0; i < BAD_LINES_KEPT; i++) mem_free(L.bad[i]);
     if (rc < 0) dataset_free(d);
     return rc;
@@ -342,7 +350,7 @@ int dataset_load_split(Dataset *d, const char *dir, const char *name, const Toke
         else if (strcmp(name, "test") == 0)
             rc = error_set("%s: Test set not found or empty. Must provide test set for evaluation.", file);
         else if (strcmp(name, "valid") == 0)
-            fprintf(stderr, "Warning: Validation set not found or empty. Training will proceed without validation.\n");
+            log_info("Warning: Validation set not found or empty. Training will proceed without validation.");
         else
             rc = error_set("%s: data set not found or empty", file);
     } else if (rc == 0 && present) {
@@ -358,6 +366,24 @@ void dataset_free(Dataset *d) {
     mem_free(d->starts);
     mem_free(d->offsets);
     memset(d, 0, sizeof *d);
+}
+
+size_t dataset_count_no_targets(const Dataset *d, int max_seq_length) {
+    size_t none = 0;
+    for (size_t i = 0; d->offsets && i < d->n; i++) {
+        size_t len = dataset_len(d, i), kept = len < (size_t)max_seq_length ? len : (size_t)max_seq_length;
+        /* targets are the positions s with offset <= s < kept */
+        if (d->offsets[i] > 0 && (size_t)d->offsets[i] >= kept) none++;
+    }
+    return none;
+}
+
+void dataset_warn_no_targets(const Dataset *d, int max_seq_length) {
+    size_t none = dataset_count_no_targets(d, max_seq_length);
+    if (none)
+        log_warning("%s: %zu of %zu examples have no target left: their prompt is at least --max-seq-length %d "
+                    "tokens, so with --mask-prompt nothing of them is trained or evaluated", d->path, none, d->n,
+                    max_seq_length);
 }
 
 size_t dataset_bytes(const Dataset *d) {

@@ -18,6 +18,8 @@ typedef struct {
     bool mask_prompt;
     bool skip_bad_lines;             /* false (strict): the first bad line is an error */
     const char *chat_template;       /* override (--chat-template), or NULL: the tokenizer's */
+    int32_t eos_fallback;            /* EOS for text data when the tokenizer names none (config.json's
+                                        eos_token_id); -1: none */
     size_t max_line_bytes;           /* longest accepted JSONL line; 0 = 64 MiB (jsonl.h) */
 } DatasetOptions;
 void dataset_options_default(DatasetOptions *o);
@@ -48,6 +50,12 @@ int dataset_load_split(Dataset *d, const char *dir, const char *name, const Toke
                        const DatasetOptions *o, bool *present);
 void dataset_free(Dataset *d);
 static inline size_t dataset_len(const Dataset *d, size_t i) { return d->starts[i + 1] - d->starts[i]; }
+/* Examples whose loss targets all fall past max_seq_length (the prompt
+ * offset of --mask-prompt is at least the truncated length), so they add
+ * nothing to the loss; 0 without offsets. */
+size_t dataset_count_no_targets(const Dataset *d, int max_seq_length);
+/* The warning of the split at `path` when it has such examples (stdout). */
+void dataset_warn_no_targets(const Dataset *d, int max_seq_length);
 /* Bytes the data set holds (for the memory plan). */
 size_t dataset_bytes(const Dataset *d);
 /* FNV-1a hash of the ids, example bounds and offsets: a checkpoint stores it

@@ -25,6 +25,7 @@ int dist_init(int *argc, char ***argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_world);
     g_inited = 1;
+    log_set_quiet(g_rank != 0);   /* MLX-LM's rprint: rank 0 prints */
     return 0;
 }
 void dist_finalize(void) { if (g_inited) MPI_Finalize(); g_inited = 0; }

@@ -104,6 +104,8 @@ static int parse_rope_scaling(ModelConfig *c, const json_t *root, const char *na
     return 0;
 }
 
+static int parse_token_ids_eos(ModelConfig *c, const json_t *root, const char *name);
+
 static int parse_token_ids(ModelConfig *c, const json_t *root, const char *name) {
     c->bos_token_id = -1;
     json_t *bos = field(root, "bos_token_id");
@@ -114,6 +116,11 @@ static int parse_token_ids(ModelConfig *c, const json_t *root, const char *name)
             return error_set("%s: field \"bos_token_id\" is %lld, outside the vocabulary [0, %d)", name, (long long)id, c->vocab_size);
         c->bos_token_id = (int)id;
     }
+    return parse_token_ids_eos(c, root, name);
+}
+
+/* eos_token_id: an id or a list of ids, in the vocabulary. */
+static int parse_token_ids_eos(ModelConfig *c, const json_t *root, const char *name) {
     c->n_eos = 0;
     json_t *eos = field(root, "eos_token_id");
     if (!eos) return 0;
@@ -251,6 +258,36 @@ int hf_config_load(ModelConfig *c, const char *path) {
     if (file_read_all(path, HF_MAX_CONFIG_BYTES, &text, NULL) < 0) { memset(c, 0, sizeof *c); return -1; }
     int rc = hf_config_parse(c, text, path);
     mem_free(text);
+    return rc;
+}
+
+int hf_generation_config_eos(ModelConfig *c, const char *model_dir) {
+    char *path = path_join(model_dir, "generation_config.json");
+    TRY_PTR(path);
+    char *text = NULL;
+    if (!file_exists(path) || file_read_all(path, HF_MAX_CONFIG_BYTES, &text, NULL) < 0) {
+        error_clear();
+        mem_free(path);
+        return 0;
+    }
+    json_t *root = json_loads(text, 0, NULL);
+    mem_free(text);
+    json_t *eos = json_is_object(root) ? json_object_get(root, "eos_token_id") : NULL;
+    bool falsy = !eos || json_is_null(eos) || json_is_false(eos) || (json_is_integer(eos) && !json_integer_value(eos))
+                 || (json_is_array(eos) && !json_array_size(eos));
+    int rc = 0;
+    if (!falsy) {
+        ModelConfig g = *c;
+        json_t *wrap = json_pack("{s:O}", "eos_token_id", eos);
+        rc = wrap ? parse_token_ids_eos(&g, wrap, path) : error_set("%s: out of memory", path);
+        json_decref(wrap);
+        if (rc == 0) {
+            memcpy(c->eos_token_ids, g.eos_token_ids, sizeof c->eos_token_ids);
+            c->n_eos = g.n_eos;
+        }
+    }
+    json_decref(root);
+    mem_free(path);
     return rc;
 }
 

@@ -40,6 +40,12 @@ typedef struct {
 int hf_config_load(ModelConfig *c, const char *path);
 /* Same from a JSON string; `name` is used in error messages. */
 int hf_config_parse(ModelConfig *c, const char *json, const char *name);
+/* MLX-LM's utils.load_config: DIR/generation_config.json's eos_token_id (an
+ * id or a list of ids), when present and not empty (Python-falsy values
+ * such as 0 or [] are skipped, as there), replaces config.json's in c. A
+ * missing file, or one that is not JSON, changes nothing (MLX-LM ignores it);
+ * ids outside the vocabulary are an error naming the file. */
+int hf_generation_config_eos(ModelConfig *c, const char *model_dir);
 /* Writes config.json (atomically) for `lmtune init` and `fuse`. */
 int hf_config_write(const ModelConfig *c, const char *path);
 #endif

@@ -58,11 +58,40 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     return 0;
 }
 
+/* What MLX-LM's models drop before their strict load (sanitize): llama's
+ * and qwen2's precomputed RoPE frequencies, and lm_head.weight of a model
+ * with tied embeddings. */
+static bool sanitized_away(const ModelConfig *c, const char *name) {
+    if (strstr(name, "self_attn.rotary_emb.inv_freq")) return true;
+    return c->tie_word_embeddings && !strcmp(name, "lm_head.weight");
+}
+
+/* Whether `name` is one of the model's tensors: a spec's name, or the
+ * scales / biases of a module the first pass found quantized. */
+static bool tensor_known(const ModelConfig *c, const ModelTensorSpec *specs, const bool *quantized, size_t n,
+                         const char *name) {
+    if (sanitized_away(c, name)) return true;
+    size_t len = strlen(name);
+    bool side = len > 7 && (!strcmp(name + len - 7, ".scales") || !strcmp(name + len - 7, ".biases"));
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(specs[i].name, name)) return true;
+        /* specs[i].name is MODULE.weight when quantized[i] */
+        size_t sl = strlen(specs[i].name);
+        if (side && quantized[i] && sl == len && !strncmp(specs[i].name, name, len - 7)) return true;
+    }
+    return false;
+}
+
 int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const QuantConfig *qc) {
     ModelTensorSpec *specs;
     size_t n;
     TRY(model_tensor_specs(c, &specs, &n));
     int rc = 0;
+    bool *quantized = mem_calloc(n ? n : 1, sizeof *quantized);
+    if (!quantized) {
+        mem_free(specs);
+        return -1;
+    }
     for (size_t i = 0; i < n && rc == 0; i++) {
         const ModelTensorSpec *s = &specs[i];
         size_t len = strlen(s->name);
@@ -74,6 +103,7 @@ int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const Quan
             rc = quant_module(qc, m, module, &qp);
             if (rc == 1) {
                 QuantTensors qt;
+                quantized[i] = true;
                 rc = quant_module_tensors(m, module, s->shape[0], s->shape[1], &qp, &qt);
                 continue;
             }
@@ -81,6 +111,20 @@ int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const Quan
         }
         rc = st_model_expect(m, s->name, s->ndim, s->shape, NULL);
     }
+    /* MLX's strict load_weights: a tensor the architecture has no place for
+     * is an error (a qwen3 checkpoint with q_norm/k_norm labelled mistral
+     * would otherwise train without them) */
+    for (size_t f = 0; f < m->n_files && rc == 0; f++) {
+        for (size_t t = 0; t < m->files[f].n_tensors && rc == 0; t++) {
+            const char *name = m->files[f].tensors[t].name;
+            if (!tensor_known(c, specs, quantized, n, name)) {
+                rc = error_set("%s: tensor \"%s\" has no place in a %s model as config.json describes it (MLX's "
+                               "strict loading refuses it too: \"Received parameters not in model\"); is model_type "
+                               "right?", m->files[f].path, name, c->model_type);
+            }
+        }
+    }
+    mem_free(quantized);
     mem_free(specs);
     return rc;
 }

@@ -71,8 +71,9 @@ out:
     return rc;
 }
 
-int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
-                         int rows, int tokens, int kv_tokens) {
+int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, const char *adapter_dir,
+                         int rows, int tokens, int kv_tokens, int max_positions) {
+    memset(plan, 0, sizeof *plan);
     ModelConfig cfg;
     TRY(model_config_load(model_dir, &cfg));
     if (cfg.q35.on) {
@@ -83,20 +84,33 @@ int model_open_inference(Model **out, Arena *arena, const char *model_dir, const
         st_model_close(&st);
         TRY(rc);
     }
-    ModelSpec spec = {0};
-    spec.type = TUNE_NONE;
-    spec.num_layers = -1;
-    spec.max_rows = rows;
-    spec.max_tokens = tokens;
-    spec.kv_cache_tokens = kv_tokens;
-    spec.weight_dtype = matmul_weight_dtype(cfg.torch_dtype);
-    spec.training = false;
-    if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, &spec));
+    memset(spec, 0, sizeof *spec);
+    spec->type = TUNE_NONE;
+    spec->num_layers = -1;
+    spec->max_rows = rows;
+    spec->max_tokens = tokens;
+    spec->kv_cache_tokens = kv_tokens;
+    spec->max_positions = max_positions;
+    /* the matrices are used as stored (the safetensors headers or the GGUF
+     * tensors say how, not config.json's torch_dtype): BF16 where oneDNN has
+     * bf16 products, else F32 (F16 is always widened) */
+    DType file_dtype;
+    TRY(model_file_dtype(model_dir, &cfg, &file_dtype));
+    spec->weight_dtype = matmul_weight_dtype(file_dtype);
+    spec->training = false;
+    if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, spec));
     WeightsSummary ws;
     TRY(model_weights_summary(model_dir, &cfg, &ws));
-    MemPlan plan = {0};
-    Carver cv = {NULL, &plan};
-    if (model_layout_summary(&cfg, &spec, &ws, &cv) < 0) {
+    Carver cv = {NULL, plan};
+    TRY(model_layout_summary(&cfg, spec, &ws, &cv));
+    return model_plan_weights(model_dir, &cfg, spec, plan);
+}
+
+int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
+                         int rows, int tokens, int kv_tokens, int max_positions) {
+    MemPlan plan;
+    ModelSpec spec;
+    if (model_plan_inference(&plan, &spec, model_dir, adapter_dir, rows, tokens, kv_tokens, max_positions) < 0) {
         plan_free(&plan);
         return -1;
     }

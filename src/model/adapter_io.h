@@ -18,8 +18,16 @@ int adapter_load_file(Model *m, const char *file, bool strict);
 /* (declarations above) */
 #endif
 
+/* The memory plan of a model opened for inference with an optional
+ * adapter (what model_open_inference allocates, plus the weights used in
+ * place from the mapped file), planned for the dtype the safetensors
+ * headers give; reads config.json, adapter_config.json and headers only. */
+int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, const char *adapter_dir,
+                         int rows, int tokens, int kv_tokens, int max_positions);
 /* Opens a model for inference (eval, generate, tests) with an optional
  * adapter: plans the arena for `rows` x `tokens` inputs and a KV cache of
- * kv_tokens (0 = none), creates it, loads weights and the adapter. */
+ * kv_tokens (0 = none) for generating up to max_positions positions (0: as
+ * many as the cache holds; more: the cache rotates, ModelSpec), creates it,
+ * loads weights and the adapter. */
 int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
-                         int rows, int tokens, int kv_tokens);
+                         int rows, int tokens, int kv_tokens, int max_positions);

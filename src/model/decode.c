@@ -2,10 +2,13 @@
  * positions pos.. are run through the blocks in chunks of dec_rows rows. An
  * attention block appends their keys and values to its KV cache and lets
  * their queries attend to every cached position up to their own (causal),
- * so the prefix is never recomputed. A Gated DeltaNet block (Qwen3.5)
- * carries its last K-1 conv inputs and its recurrent state instead: a
- * multi-token chunk goes through the chunked rule from that state, a single
- * token through the plain recurrence (block_gdn.c). */
+ * so the prefix is never recomputed. A rotating cache (mlx_lm --max-kv-size)
+ * keeps the first KV_KEEP positions and overwrites the oldest of the others:
+ * keys are cached after RoPE at their absolute positions, so attention over
+ * the slots needs no order. A Gated DeltaNet block (Qwen3.5) carries its
+ * last K-1 conv inputs and its recurrent state instead: a multi-token chunk
+ * goes through the chunked rule from that state, a single token through the
+ * plain recurrence (block_gdn.c). */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
 #include "kernels/rope_partial.h"
@@ -13,7 +16,8 @@
 #include <math.h>
 #include <string.h>
 
-/* out (rows, H*D): query row i (absolute position p0 + i) over cache 0..p0+i. */
+/* out (rows, H*D): query row i (absolute position p0 + i) over cache slots
+ * 0..min(p0+i, kv_T-1) (every slot of a full rotating cache). */
 static void cached_attention(Model *m, float *out, const float *q, const float *kc, const float *vc, int rows, int p0) {
     const Dims *d = &m->d;
     int H = d->H, D = d->D, KVD = d->KVD, grp = d->H / d->KVH;
@@ -23,7 +27,7 @@ static void cached_attention(Model *m, float *out, const float *q, const float *
         float *s = m->dec_scores + (size_t)h * d->kv_T;
         int kh = h / grp;
         for (int i = 0; i < rows; i++) {
-            int n = p0 + i + 1;
+            int n = p0 + i + 1 < d->kv_T ? p0 + i + 1 : d->kv_T;
             const float *qi = q + (size_t)i * d->QD + (size_t)h * D;
             float mx = -INFINITY;
             for (int j = 0; j < n; j++) {
@@ -48,6 +52,13 @@ static void cached_attention(Model *m, float *out, const float *q, const float *
             }
         }
     }
+}
+
+/* The slot of absolute position p: p itself until the cache is full, then
+ * a ring over the slots after the first KV_KEEP. */
+static int kv_slot(const Dims *d, int p) {
+    if (p < d->kv_T) return p;
+    return KV_KEEP + (p - KV_KEEP) % (d->kv_T - KV_KEEP);
 }
 
 static void add_inplace(float *y, const float *x, size_t n) {
@@ -88,11 +99,23 @@ static void decode_attention(Model *m, int l, const float *x, int rows, int p0) 
     }
     rope_rows(m, a->q, rows, d->H, p0);
     rope_rows(m, a->k, rows, d->KVH, p0);
-    size_t slot = (size_t)m->cache_slot[l];
-    float *kc = m->kcache + slot * d->kv_T * d->KVD, *vc = m->vcache + slot * d->kv_T * d->KVD;
-    memcpy(kc + (size_t)p0 * d->KVD, a->k, (size_t)rows * d->KVD * sizeof(float));
-    memcpy(vc + (size_t)p0 * d->KVD, a->v, (size_t)rows * d->KVD * sizeof(float));
-    cached_attention(m, a->att, a->q, kc, vc, rows, p0);
+    size_t cs = (size_t)m->cache_slot[l];
+    float *kc = m->kcache + cs * d->kv_T * d->KVD, *vc = m->vcache + cs * d->kv_T * d->KVD;
+    if (p0 + rows <= d->kv_T) {
+        memcpy(kc + (size_t)p0 * d->KVD, a->k, (size_t)rows * d->KVD * sizeof(float));
+        memcpy(vc + (size_t)p0 * d->KVD, a->v, (size_t)rows * d->KVD * sizeof(float));
+        cached_attention(m, a->att, a->q, kc, vc, rows, p0);
+    } else {
+        /* the cache rotates: each row's key and value replace the oldest
+         * overwritable slot, then the row attends, so no row loses a position
+         * it should see to a later row of the chunk */
+        for (int i = 0; i < rows; i++) {
+            size_t slot = (size_t)kv_slot(d, p0 + i);
+            memcpy(kc + slot * d->KVD, a->k + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
+            memcpy(vc + slot * d->KVD, a->v + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
+            cached_attention(m, a->att + (size_t)i * d->QD, a->q + (size_t)i * d->QD, kc, vc, 1, p0 + i);
+        }
+    }
     const float *o_in = a->att;
     if (d->attn_gate) {
         for (size_t i = 0; i < (size_t)rows * d->QD; i++) a->ag[i] = a->att[i] / (1.0f + expf(-a->agate[i]));
@@ -114,8 +137,8 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
     if (n <= 0) return error_set("model: decode needs at least one token");
     if (pos < 0 || pos != (pos == 0 ? 0 : m->dec_len))
         return error_set("model: decode at position %d but the cache holds %d positions", pos, m->dec_len);
-    if ((long)pos + n > d->kv_T)
-        return error_set("model: %d positions exceed the KV cache of %d tokens", pos + n, d->kv_T);
+    if ((long)pos + n > d->max_pos)
+        return error_set("model: %d positions exceed the %d the KV cache was made for", pos + n, d->max_pos);
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0) return error_set("token id %d is negative at position %d", tokens[i], pos + i);
         if (tokens[i] >= d->V)

@@ -3,7 +3,7 @@
  * the last N blocks, forward and backward of one micro-batch, gradient
  * checkpointing, and incremental decoding with a KV cache.
  *
- * Memory: model_layout() walks every buffer the model will hold for a spec
+ * Memory: model_layout_summary() walks every buffer the model will hold for a spec
  * (weights converted at load, trainable parameters, gradients, activations,
  * checkpoints, recompute workspace, LM-head chunk, attention workspace, KV
  * cache). With a planning Carver it only records sizes (memory/plan.h); the
@@ -54,15 +54,25 @@ typedef struct {
                                file's, or the start-up probe of lmtune train) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
-    int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
+    int kv_cache_tokens;    /* > 0: allocate a KV cache for generation, of this many positions */
+    int max_positions;      /* positions generation may reach; above kv_cache_tokens the cache
+                               rotates (mlx_lm --max-kv-size: the first KV_KEEP positions stay,
+                               the others are overwritten oldest first); 0: kv_cache_tokens */
     int gdn_chunk;          /* Gated DeltaNet chunk size (0 = 64) */
 } ModelSpec;
+
+/* Positions a rotating KV cache never overwrites (MLX-LM's RotatingKVCache keep=4). */
+#define KV_KEEP 4
 
 
 typedef struct Model Model;
 
-/* Records every buffer of the model for this spec (no file is read). */
-int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv);
+/* The dtype the model's matrices are stored in, as the files say: the
+ * safetensors headers (an MLX-quantized model: its scales' dtype), or a
+ * GGUF file's tensors (cfg->torch_dtype, which formats/gguf_arch.c derives
+ * from them). config.json's torch_dtype / dtype is a label that may be
+ * absent or wrong: every command plans from the stored weights. */
+int model_file_dtype(const char *model, const ModelConfig *cfg, DType *out);
 /* The trainable tensors a spec creates (names, shapes, numel; value and
  * grad NULL), without loading anything: the planner sizes the optimizer
  * moments from it. *out is heap (mem_free). */
@@ -103,7 +113,9 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 
 /* Generation with the KV cache (spec.kv_cache_tokens > 0): feeds n tokens at
  * positions pos..pos+n-1 of a single sequence and writes the logits (V) of
- * the last one. pos == 0 resets the cache. */
+ * the last one. pos == 0 resets the cache. With a rotating cache a position
+ * attends to the first KV_KEEP positions and the kv_cache_tokens - KV_KEEP
+ * latest ones (itself included). */
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */
@@ -130,10 +142,12 @@ int model_auto_weights_dtype(const char *model_dir, const ModelConfig *cfg, cons
 /* Reads DIR's config.json quantization and safetensors headers; checks every
  * quantized module's tensors. */
 int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);
-/* model_layout for a model directory whose headers were summarised. */
+/* Records every buffer of the model for this spec and the weights as they
+ * are stored (model_weights_summary), without reading weights; model_load
+ * carves the arena with the very same walk. */
 int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv);
-/* model_layout for a known dtype of the file's matrices (model_layout takes
- * it from config.json's torch_dtype; model_load uses the real one). */
+/* model_layout_summary for a plain model whose matrices are stored in
+ * file_dtype (model_file_dtype). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors

@@ -31,6 +31,7 @@ typedef struct {
     int rope_T;           /* rows of the RoPE tables */
     int dec_rows;         /* rows of one decode step chunk (0: no KV cache) */
     int kv_T;             /* KV cache positions */
+    int max_pos;          /* positions decoding may reach (> kv_T: the cache rotates) */
     bool train;           /* gradients and saved activations exist */
     bool dropout;         /* training with lora_dropout > 0 */
     bool qk_norm, bias;

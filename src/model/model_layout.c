@@ -118,7 +118,10 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (d->chunk < 1) d->chunk = 1;
     d->kv_T = spec->kv_cache_tokens;
     d->dec_rows = d->kv_T > 0 ? (d->kv_T < 128 ? d->kv_T : 128) : 0;
-    d->rope_T = imax(d->T, d->kv_T);
+    if (spec->max_positions < 0 || (spec->max_positions > d->kv_T && d->kv_T <= KV_KEEP))
+        return error_set("model: a rotating KV cache needs more than %d positions (got %d)", KV_KEEP, d->kv_T);
+    d->max_pos = imax(d->kv_T, spec->max_positions);
+    d->rope_T = imax(d->T, d->max_pos);
     if (spec->weight_dtype != DTYPE_F32 && spec->weight_dtype != DTYPE_BF16)
         return error_set("model: weight dtype must be F32 or BF16 (got %s)", dtype_name(spec->weight_dtype));
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
@@ -731,7 +734,9 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     return 0;
 }
 
-/* Planning entry point for a plain model whose matrices are of file_dtype. */
+/* Planning entry point for a plain model whose matrices are stored in
+ * file_dtype (model_file_dtype: the safetensors headers; config.json's
+ * torch_dtype is only a label and may be absent or wrong). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv) {
     WeightsSummary ws;
     weights_summary_plain(&ws, file_dtype);
@@ -758,10 +763,15 @@ int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const We
     return rc;
 }
 
-int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv) {
-    DType t = cfg->torch_dtype;
-    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    return model_layout_dtype(cfg, spec, t, cv);
+int model_file_dtype(const char *model, const ModelConfig *cfg, DType *out) {
+    if (model_is_gguf(model)) {
+        *out = cfg->torch_dtype;
+        return 0;
+    }
+    WeightsSummary ws;
+    TRY(model_weights_summary(model, cfg, &ws));
+    *out = ws.file_dtype;
+    return 0;
 }
 
 /* A quantized model: every matrix stays in the mapped file (codes, scales, biases). */

@@ -178,9 +178,8 @@ int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, Trainabl
     if (!m) return -1;
     m->cfg = *cfg;
     m->spec = *spec;
-    DType t = cfg->torch_dtype;
-    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    int rc = dims_init(&m->d, cfg, spec, t);
+    /* the trainable tensors are fp32 whatever the file's dtype */
+    int rc = dims_init(&m->d, cfg, spec, DTYPE_F32);
     if (rc == 0) {
         m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
         if (!m->blocks) rc = -1;

@@ -49,4 +49,9 @@ int chat_template_render(const ChatTemplate *t, json_t *context, char **out, siz
  * bos/eos may be NULL (then left undefined). */
 int chat_template_apply(const ChatTemplate *t, json_t *messages, json_t *tools, bool add_generation_prompt,
                         const char *bos_token, const char *eos_token, char **out, size_t *out_len);
+/* The same with extra template variables (transformers' apply_chat_template
+ * **kwargs, e.g. {"enable_thinking": false}), which override bos/eos_token;
+ * extra may be NULL; messages, tools and add_generation_prompt may not be in it. */
+int chat_template_apply_ex(const ChatTemplate *t, json_t *messages, json_t *tools, bool add_generation_prompt,
+                           const char *bos_token, const char *eos_token, json_t *extra, char **out, size_t *out_len);
 #endif

@@ -719,6 +719,11 @@ int chat_template_render(const ChatTemplate *t, json_t *context, char **out, siz
 
 int chat_template_apply(const ChatTemplate *t, json_t *messages, json_t *tools, bool add_generation_prompt,
                         const char *bos_token, const char *eos_token, char **out, size_t *out_len) {
+    return chat_template_apply_ex(t, messages, tools, add_generation_prompt, bos_token, eos_token, NULL, out, out_len);
+}
+
+int chat_template_apply_ex(const ChatTemplate *t, json_t *messages, json_t *tools, bool add_generation_prompt,
+                           const char *bos_token, const char *eos_token, json_t *extra, char **out, size_t *out_len) {
     json_t *ctx = json_object();
     if (!ctx) return error_set("%s: out of memory", t->name);
     int rc = 0;
@@ -727,6 +732,17 @@ int chat_template_apply(const ChatTemplate *t, json_t *messages, json_t *tools, 
     rc |= json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt));
     if (bos_token) rc |= json_object_set_new(ctx, "bos_token", json_string(bos_token));
     if (eos_token) rc |= json_object_set_new(ctx, "eos_token", json_string(eos_token));
+    const char *key;
+    json_t *value;
+    if (extra) {
+        json_object_foreach(extra, key, value) {
+            if (!strcmp(key, "messages") || !strcmp(key, "tools") || !strcmp(key, "add_generation_prompt")) {
+                json_decref(ctx);
+                return error_set("%s: \"%s\" is set by the caller, not by extra template variables", t->name, key);
+            }
+            rc |= json_object_set(ctx, key, value);   /* transformers: kwargs override the special tokens */
+        }
+    }
     if (rc) { json_decref(ctx); return error_set("%s: cannot build the render context (invalid UTF-8 token?)", t->name); }
     rc = ct_render(t, ctx, out, out_len);
     json_decref(ctx);

@@ -682,3 +682,10 @@ bool tokenizer_add_bos_token(const Tokenizer *t) { return t->add_bos_token; }
 bool tokenizer_add_eos_token(const Tokenizer *t) { return t->add_eos_token; }
 const char *tokenizer_chat_template(const Tokenizer *t) { return t->chat_template; }
 bool tokenizer_is_special(const Tokenizer *t, int32_t id) { return id >= 0 && id < t->vocab_size && t->special[id]; }
+bool tokenizer_has_thinking(const Tokenizer *t) {
+    static const char *const pairs[][2] = {
+        {"<think>", "</think>"}, {"<longcat_think>", "</longcat_think>"}, {"<|channel>", "<channel|>"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (tokenizer_token_to_id(t, pairs[i][0]) >= 0 && tokenizer_token_to_id(t, pairs[i][1]) >= 0) return true;
+    return false;
+}

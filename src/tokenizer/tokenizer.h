@@ -72,6 +72,10 @@ bool tokenizer_add_eos_token(const Tokenizer *t);
 const char *tokenizer_chat_template(const Tokenizer *t);
 /* Special added tokens and tokenizer_config's additional_special_tokens. */
 bool tokenizer_is_special(const Tokenizer *t, int32_t id);
+/* MLX-LM's TokenizerWrapper.has_thinking: the vocabulary has a thinking pair
+ * (<think> </think>, <longcat_think> </longcat_think>, <|channel> <channel|>);
+ * MLX-LM renders every chat template with enable_thinking set to it. */
+bool tokenizer_has_thinking(const Tokenizer *t);
 
 /* Demo generator: learns byte-level BPE merges from train_text (greedy BPE,
  * GPT-2 regex pre-tokenization; 256 byte tokens + merges + the special tokens

@@ -363,7 +363,7 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
         if (have) snprintf(first, sizeof first, "%s", error_message());
         else snprintf(first, sizeof first, "%s is missing", path);
         rc = load_state_file(prev, s, opt, t, n, fingerprint);
-        if (rc == 0) fprintf(stderr, "[WARNING] %s; resuming from the previous state %s\n", first, prev);
+        if (rc == 0) log_warning("%s; resuming from the previous state %s", first, prev);
     } else {
         rc = -1;
     }

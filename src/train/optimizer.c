@@ -1,12 +1,14 @@
-/* optimizer.c: MLX's Adam, AdamW, SGD and Adafactor update rules on fp32
- * moments. Arithmetic is float32 as in MLX, element by element in a fixed
- * order, so the same run gives the same bits. */
+/* optimizer.c: MLX's Adam, AdamW, SGD, Adafactor and Muon update rules on
+ * fp32 moments. Arithmetic is float32 as in MLX, element by element in a
+ * fixed order, so the same run gives the same bits; Muon's matrix products
+ * go through oneDNN (kernels/matmul.h). */
 #include "train/optimizer.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
+#include "kernels/matmul.h"
 
 void optimizer_config_default(OptimizerConfig *c) {
     memset(c, 0, sizeof *c);
@@ -15,13 +17,15 @@ void optimizer_config_default(OptimizerConfig *c) {
     c->adamw = (AdamConfig){{0.9, 0.999}, 1e-8, false, 0.01};
     c->sgd = (SgdConfig){0.0, 0.0, 0.0, false};
     c->adafactor = (AdafactorConfig){NAN, {1e-30, 1e-3}, 1.0, -0.8, NAN, 0.0, true, true, false};
+    c->muon = (MuonConfig){0.95, 0.01, true, 5};
 }
 
-static const char *const NAMES[] = {"adam", "adamw", "sgd", "adafactor"};
+static const char *const NAMES[] = {"adam", "adamw", "sgd", "adafactor", "muon"};
+#define N_NAMES (sizeof NAMES / sizeof NAMES[0])
 const char *optimizer_name(OptimizerKind k) { return NAMES[k]; }
 int optimizer_kind_from_name(const char *name, OptimizerKind *out) {
-    for (int i = 0; i < 4; i++) if (!strcmp(name, NAMES[i])) { *out = (OptimizerKind)i; return 0; }
-    return error_set("unknown optimizer \"%s\" (expected adam, adamw, sgd or adafactor)", name);
+    for (size_t i = 0; i < N_NAMES; i++) if (!strcmp(name, NAMES[i])) { *out = (OptimizerKind)i; return 0; }
+    return error_set("unknown optimizer \"%s\" (expected adam, adamw, muon, sgd or adafactor)", name);
 }
 
 static bool factored(const OptSlot *s) { return s->ndim == 2; }
@@ -36,6 +40,10 @@ static int slot_keys(const OptimizerConfig *cfg, const OptSlot *s, const char *k
         break;
     case OPT_SGD:
         if (cfg->sgd.momentum > 0) { keys[n] = "v"; numels[n++] = s->numel; }
+        break;
+    case OPT_MUON:
+        keys[n] = "v";
+        numels[n++] = s->numel;
         break;
     case OPT_ADAFACTOR:
         if (factored(s)) {
@@ -81,11 +89,23 @@ size_t optimizer_state_bytes(const OptimizerConfig *cfg, const TrainableTensor *
     return bytes;
 }
 
+/* Floats of Muon's Newton-Schulz workspace for a (rows, cols) update: the
+ * update and the next iterate (m, n), X X^T and the polynomial (m, m). */
+static size_t ns_floats(const OptSlot *s) {
+    if (s->ndim != 2) return 0;
+    size_t a = (size_t)s->shape[0], b = (size_t)s->shape[1];
+    size_t m = a < b ? a : b, k = a < b ? b : a;
+    return 2 * m * k + 2 * m * m;
+}
+
 int optimizer_layout(Optimizer *o, const OptimizerConfig *cfg, const TrainableTensor *t, size_t n, Carver *cv) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
+    if (cfg->kind == OPT_MUON && cfg->muon.ns_steps < 0)
+        return error_set("optimizer_config.muon.ns_steps must be >= 0, got %d", cfg->muon.ns_steps);
     if (n) TRY_PTR(o->slots = mem_calloc(n, sizeof *o->slots));
     o->n = n;
+    size_t work = 0;
     for (size_t i = 0; i < n; i++) {
         OptSlot *s = &o->slots[i];
         slot_from_tensor(s, &t[i]);
@@ -98,6 +118,15 @@ int optimizer_layout(Optimizer *o, const OptimizerConfig *cfg, const TrainableTe
             if (carve(cv, MEM_OPTIMIZER, name, numels[k] * sizeof(float), &p) < 0) { optimizer_free(o); return -1; }
             *slot_field(s, keys[k]) = p;
         }
+        if (cfg->kind == OPT_MUON && ns_floats(s) > work) work = ns_floats(s);
+    }
+    if (work) {
+        void *p = NULL;
+        if (carve(cv, MEM_OPTIMIZER, "Muon Newton-Schulz workspace", work * sizeof(float), &p) < 0) {
+            optimizer_free(o);
+            return -1;
+        }
+        o->ns_work = p;
     }
     return 0;
 }
@@ -207,6 +236,66 @@ static void adafactor_update(const AdafactorConfig *c, OptSlot *s, float *w, flo
     }
 }
 
+/* MLX Muon._zeropower_via_newtonschulz5 on X (m, k), m <= k, in place:
+ * X /= (||X||_F + 1e-7); then `steps` times A = X X^T, B = b A + c A A,
+ * X = a X + B X, with (a, b, c) = (3.4445, -4.7750, 2.0315). */
+static void newton_schulz(float *X, /* (m, k) */
+                          float *Y, /* (m, k) scratch */
+                          float *A, /* (m, m) scratch */
+                          float *B, /* (m, m) scratch */
+                          int m, int k, int steps) {
+    const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+    const size_t mk = (size_t)m * k, mm = (size_t)m * m;
+    double ss = 0;
+    for (size_t i = 0; i < mk; i++) ss += (double)X[i] * X[i];
+    const float inv = 1.0f / ((float)sqrt(ss) + 1e-7f);
+    for (size_t i = 0; i < mk; i++) X[i] *= inv;
+    for (int s = 0; s < steps; s++) {
+        gemm_f32(A, X, X, m, m, k, false, true, 1.0f, 0.0f);
+        for (size_t i = 0; i < mm; i++) B[i] = b * A[i];
+        gemm_f32(B, A, A, m, m, m, false, false, c, 1.0f);
+        for (size_t i = 0; i < mk; i++) Y[i] = a * X[i];
+        gemm_f32(Y, B, X, m, k, m, false, false, 1.0f, 1.0f);
+        memcpy(X, Y, mk * sizeof(float));
+    }
+}
+
+/* MLX Muon.apply_single. The gradient buffer is consumed (it holds g + wd*w). */
+static void muon_update(const MuonConfig *c, OptSlot *s, float *w, float *g, float lr, float *work) {
+    const float mu = (float)c->momentum, wd = (float)c->weight_decay;
+    const size_t n = s->numel;
+    float *v = s->v;
+    for (size_t i = 0; i < n; i++) {
+        if (wd != 0) g[i] = g[i] + wd * w[i];
+        v[i] = mu * v[i] + (1.0f - mu) * g[i];
+    }
+    if (s->ndim != 2) {
+        for (size_t i = 0; i < n; i++) {
+            float u = c->nesterov ? g[i] * (1.0f - mu) + v[i] * mu : v[i];
+            w[i] = w[i] - lr * u;
+        }
+        return;
+    }
+    const int rows = (int)s->shape[0], cols = (int)s->shape[1];
+    const bool transpose = rows > cols;   /* orthogonalise the wide orientation */
+    const int m = transpose ? cols : rows, k = transpose ? rows : cols;
+    float *X = work, *Y = X + (size_t)m * k, *A = Y + (size_t)m * k, *B = A + (size_t)m * m;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            size_t i = (size_t)r * cols + j;
+            float u = c->nesterov ? g[i] * (1.0f - mu) + v[i] * mu : v[i];
+            X[transpose ? (size_t)j * rows + r : i] = u;
+        }
+    newton_schulz(X, Y, A, B, m, k, c->ns_steps);
+    const float ratio = (float)rows / (float)cols;
+    const float lr_eff = lr * sqrtf(ratio > 1.0f ? ratio : 1.0f);
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            size_t i = (size_t)r * cols + j;
+            w[i] = w[i] - lr_eff * X[transpose ? (size_t)j * rows + r : i];
+        }
+}
+
 int optimizer_update(Optimizer *o, TrainableTensor *t, size_t n, float lr) {
     if (n != o->n) return error_set("optimizer: %zu tensors, but the state has %zu", n, o->n);
     if (o->cfg.kind == OPT_ADAFACTOR && !o->cfg.adafactor.relative_step && isnan(o->cfg.adafactor.learning_rate) && isnan(lr))
@@ -219,6 +308,7 @@ int optimizer_update(Optimizer *o, TrainableTensor *t, size_t n, float lr) {
         case OPT_ADAMW: adam_update(&o->cfg.adamw, true, s, t[i].value, t[i].grad, lr, o->step); break;
         case OPT_SGD: sgd_update(&o->cfg.sgd, s, t[i].value, t[i].grad, lr); break;
         case OPT_ADAFACTOR: adafactor_update(&o->cfg.adafactor, s, t[i].value, t[i].grad, lr, o->step); break;
+        case OPT_MUON: muon_update(&o->cfg.muon, s, t[i].value, t[i].grad, lr, o->ns_work); break;
         }
     }
     return 0;

@@ -64,11 +64,14 @@ static bool same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+static void clear_progress_hook(void *ctx);
+
 int report_open(Reporter *r, FILE *out, const char *history_path, bool resume, const char *metrics_file) {
     memset(r, 0, sizeof *r);
     r->out = out ? out : stdout;
     const char *term = getenv("TERM");
     r->progress.enabled = isatty(fileno(r->out)) && !(term && !strcmp(term, "dumb"));
+    if (r->progress.enabled) log_set_line_hook(clear_progress_hook, r);
     if (history_path) {
         r->history_path = mem_strdup(history_path);
         if (!r->history_path) return -1;
@@ -107,6 +110,7 @@ int report_sync(Reporter *r) {
 }
 
 int report_close(Reporter *r) {
+    if (r->progress.enabled) log_set_line_hook(NULL, NULL);
     int rc = report_sync(r);
     if (r->history && fclose(r->history) != 0 && rc == 0)
         rc = error_set("%s: write failed: %s", r->history_path, strerror(errno));
@@ -187,6 +191,9 @@ static void clear_progress(Reporter *r) {
     fflush(r->out);
     r->progress.shown = false;
 }
+
+/* base/error.h's warning and progress lines erase the progress line first. */
+static void clear_progress_hook(void *ctx) { clear_progress(ctx); }
 
 static void format_eta(char *buf, size_t cap, double s) {
     if (!isfinite(s) || s < 0) {

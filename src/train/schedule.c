@@ -35,12 +35,13 @@ int schedule_init(Schedule *s, const ScheduleConfig *cfg, double learning_rate) 
             return error_set("lr_schedule: %s: argument %d is not a finite number", cfg->name, i + 1);
         s->args[i] = cfg->arguments[i];
     }
+    /* MLX's own checks and messages (schedulers.py) */
     if (s->kind == SCHED_COSINE_DECAY && s->args[1] < 1)
-        return error_set("lr_schedule: cosine_decay: decay_steps must be at least 1, got %g", s->args[1]);
+        return error_set("lr_schedule: cosine_decay: decay_steps must be greater than 0, but got %g.", s->args[1]);
     if (s->kind == SCHED_LINEAR && s->args[2] < 1)
         return error_set("lr_schedule: linear_schedule: steps must be greater than 0, but got %g.", s->args[2]);
     if (s->kind == SCHED_STEP_DECAY && s->args[2] < 1)
-        return error_set("lr_schedule: step_decay: step_size must be at least 1, got %g", s->args[2]);
+        return error_set("lr_schedule: step_decay: step_size must be greater than 0, but got %g.", s->args[2]);
     if (cfg->warmup < 0) return error_set("lr_schedule: warmup must be >= 0, got %d", cfg->warmup);
     s->warmup = cfg->warmup;
     s->warmup_init = cfg->warmup_init;
@@ -51,17 +52,17 @@ static double main_schedule(const Schedule *s, double step) {
     const double *a = s->args;
     switch (s->kind) {
     case SCHED_CONSTANT: return a[0];
-    case SCHED_COSINE_DECAY: {
+    case SCHED_COSINE_DECAY: {   /* end + decay * (init - end), MLX since 2024 (mlx #1138) */
         double d = a[1], st = step < d ? step : d;
-        double v = a[0] * 0.5 * (1.0 + cos(M_PI / d * st));
-        return v > a[2] ? v : a[2];
+        double decay = 0.5 * (1.0 + cos(M_PI / d * st));
+        return a[2] + decay * (a[0] - a[2]);
     }
     case SCHED_LINEAR: {
         double st = step < a[2] ? step : a[2];
         return st * ((a[1] - a[0]) / a[2]) + a[0];
     }
     case SCHED_EXPONENTIAL_DECAY: return a[0] * pow(a[1], step);
-    case SCHED_STEP_DECAY: return a[0] * pow(a[1], floor(step / floor(a[2])));
+    case SCHED_STEP_DECAY: return a[0] * pow(a[1], floor(step / a[2]));   /* step // step_size */
     }
     return a[0];
 }

@@ -1,5 +1,6 @@
-/* schedule.h: learning-rate schedules as MLX defines them (constant,
- * cosine_decay, linear_schedule, exponential_decay, step_decay) and
+/* schedule.h: learning-rate schedules as MLX defines them (cosine_decay,
+ * linear_schedule, exponential_decay, step_decay; `constant` is lmtune's:
+ * MLX has no such schedule, the plain learning rate is constant) and
  * MLX-LM's warmup joining rule: a linear warmup from warmup_init to the peak
  * (the schedule's first argument) over W steps, joined to the main schedule
  * at boundary W + 1, after which the main schedule restarts at its own step

@@ -331,7 +331,8 @@ static int run_loop(Loop *L, TrainResult *res) {
                 .iteration = it,
                 .train_loss = steps[0] > 0 ? sums[0] / steps[0] : NAN,
                 .learning_rate = reported_lr(L),
-                .iterations_per_second = window_time > 0 ? st->window_steps / window_time : 0,
+                /* MLX-LM's arithmetic, also for a short last window: steps_per_report / time */
+                .iterations_per_second = window_time > 0 ? cfg->steps_per_report / window_time : 0,
                 .tokens_per_second = window_time > 0 ? sums[1] / window_time : 0,
                 .trained_tokens = st->trained_tokens,
                 .peak_memory_gb = (double)rss_peak_bytes() / 1e9,

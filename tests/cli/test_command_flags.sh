@@ -82,12 +82,13 @@ ok '[ $rc_huge -eq 1 ] && [ "$(wc -l < "$T/g_huge.err")" -eq 1 ] && grep -q "plu
 
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" --bogus && grep -qx "lmtune: error: unknown flag --bogus (lmtune generate --help lists the flags)" "$T/err"' "generate: unknown flag"
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" --temp=-1 && grep -qx "lmtune: error: --temp: expected a number >= 0, got \"-1\"" "$T/err"' "generate: bad --temp"
-ok 'refused "$BIN" generate --model "$T/m" -p "$P" --top-p 0 && grep -qx "lmtune: error: --top-p: expected a number in (0, 1], got \"0\"" "$T/err"' "generate: --top-p 0"
-ok 'refused "$BIN" generate --model "$T/m" -p "$P" --min-p=1 && grep -qx "lmtune: error: --min-p: expected a number in \[0, 1), got \"1\"" "$T/err"' "generate: --min-p 1"
+ok 'refused "$BIN" generate --model "$T/m" -p "$P" --top-p 1.5 && grep -qx "lmtune: error: --top-p: expected a number in \[0, 1\], got \"1.5\"" "$T/err"' "generate: --top-p 1.5"
+ok 'refused "$BIN" generate --model "$T/m" -p "$P" --min-p=-1 && grep -qx "lmtune: error: --min-p: expected a number in \[0, 1\], got \"-1\"" "$T/err"' "generate: --min-p -1"
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" -m 0 && grep -qx "lmtune: error: --max-tokens: expected a positive integer, got \"0\"" "$T/err"' "generate: -m 0"
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" --quiet=maybe && grep -q "^lmtune: error: --quiet: expected true or false" "$T/err"' "generate: bad store-true value"
 ok 'refused "$BIN" generate --model "$T/m" -p && grep -qx "lmtune: error: --prompt: expected a value" "$T/err"' "generate: -p without a value"
-ok 'refused "$BIN" generate --model "$T/m" && grep -q "^lmtune: error: --prompt is required" "$T/err"' "generate: --prompt required"
+ok 'refused "$BIN" generate -p "$P" && grep -q "^lmtune: error: --model is required" "$T/err"' "generate: --model required"
+ok '"$BIN" generate --model "$T/m" -m 2 --verbose False >"$T/g_hello" 2>&1' "generate: the prompt defaults to \"hello\" (mlx_lm.generate)"
 ok 'refused "$BIN" generate -p "$P" && grep -q "^lmtune: error: --model is required" "$T/err"' "generate: --model required"
 ok 'refused "$BIN" generate --model "$T/m" -p "$P" stray && grep -q "^lmtune: error: unexpected argument \"stray\"" "$T/err"' "generate: stray argument"
 

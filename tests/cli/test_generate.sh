@@ -40,7 +40,8 @@ echo "$out" | grep -qE '^Peak memory: [0-9.]+ GB$' || fail "no Peak memory line"
 
 gen --prompt "$P" --ignore-chat-template --quiet >"$T/r" || fail "--ignore-chat-template failed"
 
-for bad in "--temp -1" "--top-p 0" "--top-p 1.5" "--min-p 1" "--max-tokens 0" "--seed x"; do
+for bad in "--temp -1" "--top-p -0.1" "--top-p 1.5" "--min-p 1.5" "--max-tokens 0" "--seed x" "--top-k -1" \
+           "--xtc-threshold 0.6" "--xtc-probability 2" "--min-tokens-to-keep 0" "--max-kv-size 4" "--verbose maybe"; do
   if gen --prompt "$P" $bad >"$T/err" 2>&1; then fail "accepted $bad"; fi
   grep -q -- "${bad%% *}" "$T/err" || fail "error for $bad does not name the flag: $(cat "$T/err")"
 done

@@ -130,7 +130,7 @@ static void check_decode(const RefCase *rc) {
     if (lora) CHECK(write_adapter_dir(rc, adir, false) == 0);
     int T = rc->W - 1, V = rc->cfg.vocab_size;
     Model *m; Arena arena;
-    if (model_open_inference(&m, &arena, rc->dir, lora ? adir : NULL, 1, T + 8, T + 8) < 0) { CHECK_MSG(0, "%s: %s", rc->name, error_message()); return; }
+    if (model_open_inference(&m, &arena, rc->dir, lora ? adir : NULL, 1, T + 8, T + 8, 0) < 0) { CHECK_MSG(0, "%s: %s", rc->name, error_message()); return; }
     char p[700];
     StFile in, ex;
     snprintf(p, sizeof p, "%s/inputs.safetensors", rc->dir);
@@ -194,8 +194,8 @@ static void check_fuse(const RefCase *rc, bool dora) {
     CHECK_MSG(fuse_model(rc->dir, adir, fdir, 0, false) == 0, "%s", error_message());
     int T = rc->W - 1, V = rc->cfg.vocab_size, B = rc->B;
     Model *ma, *mf; Arena aa, af;
-    if (model_open_inference(&ma, &aa, rc->dir, adir, B, T, T + 8) < 0) { CHECK_MSG(0, "%s", error_message()); return; }
-    if (model_open_inference(&mf, &af, fdir, NULL, B, T, T + 8) < 0) { CHECK_MSG(0, "%s", error_message()); return; }
+    if (model_open_inference(&ma, &aa, rc->dir, adir, B, T, T + 8, 0) < 0) { CHECK_MSG(0, "%s", error_message()); return; }
+    if (model_open_inference(&mf, &af, fdir, NULL, B, T, T + 8, 0) < 0) { CHECK_MSG(0, "%s", error_message()); return; }
     char p[700];
     StFile in;
     snprintf(p, sizeof p, "%s/inputs.safetensors", rc->dir);
@@ -289,7 +289,7 @@ static void check_peft(void) {
     /* lmtune with the MLX adapter = the reference's PEFT-convention logits */
     int T = rc.W - 1, V = rc.cfg.vocab_size, B = rc.B;
     Model *m; Arena arena;
-    if (model_open_inference(&m, &arena, rc.dir, adir, B, T, 0) == 0) {
+    if (model_open_inference(&m, &arena, rc.dir, adir, B, T, 0, 0) == 0) {
         StFile in;
         snprintf(p, sizeof p, "%s/inputs.safetensors", rc.dir);
         CHECK(st_open(&in, p) == 0);

@@ -1,5 +1,6 @@
-/* capture.h: test helpers for the data tests: run a function with stderr
- * redirected into a buffer, or silenced. */
+/* capture.h: test helpers for the data tests: run a function with its
+ * output (stdout, where the [WARNING] lines go as MLX-LM prints them, and
+ * stderr) redirected into a buffer, or silenced. */
 #ifndef LT_TEST_CAPTURE_H
 #define LT_TEST_CAPTURE_H
 #include <fcntl.h>
@@ -7,27 +8,33 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static int stderr_saved = -1;
-static char stderr_path[64];
-static int stderr_fd = -1;
+static int output_saved[2] = {-1, -1};
+static char output_path[64];
+static int output_fd = -1;
 
-/* Starts sending stderr to a temporary file. */
-static void stderr_begin(void) {
-    snprintf(stderr_path, sizeof stderr_path, "/tmp/lmtune_stderr_XXXXXX");
-    stderr_fd = mkstemp(stderr_path);
+/* Starts sending stdout and stderr to a temporary file. */
+static void output_begin(void) {
+    snprintf(output_path, sizeof output_path, "/tmp/lmtune_output_XXXXXX");
+    output_fd = mkstemp(output_path);
+    fflush(stdout);
     fflush(stderr);
-    stderr_saved = dup(2);
-    dup2(stderr_fd, 2);
+    output_saved[0] = dup(1);
+    output_saved[1] = dup(2);
+    dup2(output_fd, 1);
+    dup2(output_fd, 2);
 }
-/* Restores stderr and copies what was written into buf. */
-static void stderr_end(char *buf, size_t size) {
+/* Restores stdout and stderr and copies what was written into buf. */
+static void output_end(char *buf, size_t size) {
+    fflush(stdout);
     fflush(stderr);
-    dup2(stderr_saved, 2);
-    close(stderr_saved);
-    lseek(stderr_fd, 0, SEEK_SET);
-    ssize_t got = read(stderr_fd, buf, size - 1);
+    dup2(output_saved[0], 1);
+    dup2(output_saved[1], 2);
+    close(output_saved[0]);
+    close(output_saved[1]);
+    lseek(output_fd, 0, SEEK_SET);
+    ssize_t got = read(output_fd, buf, size - 1);
     buf[got > 0 ? got : 0] = 0;
-    close(stderr_fd);
-    unlink(stderr_path);
+    close(output_fd);
+    unlink(output_path);
 }
 #endif

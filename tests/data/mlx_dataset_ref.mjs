@@ -10,10 +10,16 @@ const { Template } = await import(new URL("../node/node_modules/@huggingface/jin
 const tok = fromPreTrained();
 const mask = maskArg === "1";
 // HF apply_chat_template(tokenize=True): render, then encode without adding special tokens.
+// MLX-LM's TokenizerWrapper passes enable_thinking = has_thinking (a <think>
+// </think> pair, or the longcat / channel pairs, in the vocabulary).
 let jinja = null;
+const has = (t) => tok.model.tokens_to_ids.has(t) || tok.added_tokens.some((a) => a.content === t);
+const thinking = (has("<think>") && has("</think>")) || (has("<longcat_think>") && has("</longcat_think>")) ||
+  (has("<|channel>") && has("<channel|>"));
 const template = (messages, tools, generation) => {
   jinja ??= new Template(tok.chat_template);
-  const context = { messages, add_generation_prompt: generation, bos_token: tok.bos_token ?? "", eos_token: tok.eos_token ?? "" };
+  const context = { messages, add_generation_prompt: generation, bos_token: tok.bos_token ?? "", eos_token: tok.eos_token ?? "",
+    enable_thinking: thinking };
   if (tools) context.tools = tools;
   return Array.from(tok.encode(jinja.render(context), { add_special_tokens: false }));
 };

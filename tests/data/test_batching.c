@@ -38,11 +38,11 @@ static int random_lengths(int *len, int n, int lo, int hi, uint64_t seed) {
     return n;
 }
 
-/* Runs fn with stderr redirected into a buffer. */
-static void capture_stderr(char *buf, size_t size, void (*fn)(void *), void *arg) {
-    stderr_begin();
+/* Runs fn with its output redirected into a buffer. */
+static void capture_output(char *buf, size_t size, void (*fn)(void *), void *arg) {
+    output_begin();
     fn(arg);
-    stderr_end(buf, size);
+    output_end(buf, size);
 }
 
 static void test_errors(void) {
@@ -96,9 +96,9 @@ static void test_padding_width(void) {
         CHECK(batch_max_width(&d, 2, cases[c].max_seq) == cases[c].width);
         Batch *b;
         char ignored[4096];
-        stderr_begin(); /* the truncation warning, tested below */
+        output_begin(); /* the truncation warning, tested below */
         CHECK(batch_iter_next(&it, &b) == 1);
-        stderr_end(ignored, sizeof ignored);
+        output_end(ignored, sizeof ignored);
         CHECK_MSG(b->width == cases[c].width, "len %d max %d: width %d", cases[c].len, cases[c].max_seq, b->width);
         for (int r = 0; r < 2; r++) {
             int ex = row_example(b, r), want_len = len[ex] < cases[c].max_seq ? len[ex] : cases[c].max_seq;
@@ -130,7 +130,7 @@ static void test_truncation_warning(void) {
     BatchIter it;
     CHECK(batch_iter_init(&it, &d, 2, 64, 0, 1, 0, false) == 0);
     char out[2048], want[512];
-    capture_stderr(out, sizeof out, run_two_batches, &it);
+    capture_output(out, sizeof out, run_two_batches, &it);
     /* Sorted: {10, 70}, {80, 90}: the first batch warns about 70. */
     CHECK(strcmp(out, "[WARNING] Some sequences are longer than 64 tokens. The longest sentence 70 will be truncated "
                       "to 64. Consider pre-splitting your data to save memory.\n") == 0);
@@ -206,7 +206,7 @@ static void test_cursor_resume(void) {
         BatchIter a, b;
         CHECK(batch_iter_init(&a, &d, B, 64, 0, 1, 5, true) == 0);
         char ignored[4096];
-        stderr_begin();
+        output_begin();
         Batch *x, *y;
         for (int k = 0; k < stop; k++) batch_iter_next(&a, &x);
         BatchCursor saved = a.cursor;
@@ -221,7 +221,7 @@ static void test_cursor_resume(void) {
                     memcmp(x->lengths, y->lengths, (size_t)x->rows * 4) == 0 &&
                     memcmp(x->offsets, y->offsets, (size_t)x->rows * 4) == 0;
         }
-        stderr_end(ignored, sizeof ignored);
+        output_end(ignored, sizeof ignored);
         CHECK_MSG(same, "resume after %d batches", stop);
         CHECK(a.cursor.epoch == b.cursor.epoch && a.cursor.position == b.cursor.position);
         batch_iter_free(&a);
@@ -282,7 +282,7 @@ static void test_loss_tokens(void) {
     CHECK(batch_iter_init(&it, &d, 4, 66, 0, 1, 0, false) == 0);
     Batch *b;
     char warning[4096];
-    stderr_begin();
+    output_begin();
     long total = 0, brute_total = 0;
     while (batch_iter_next(&it, &b) == 1) {
         long brute = 0;
@@ -301,7 +301,7 @@ static void test_loss_tokens(void) {
         total += b->n_loss_tokens;
         brute_total += brute;
     }
-    stderr_end(warning, sizeof warning);
+    output_end(warning, sizeof warning);
     CHECK(strstr(warning, "The longest sentence 70 will be truncated to 66.") != NULL);
     /* By hand: len-1 targets from max(off,1); 70 truncates to 66. */
     long hand = 0 + 1 + 2 + 8 + 23 + 0 + 0 + 1 + 62 + 1 + 2 + 0;

@@ -208,9 +208,9 @@ static void test_splits(void) {
     CHECK_ERROR_CONTAINS("train.jsonl: Training set not found or empty. Must provide training set for fine-tuning.");
     CHECK(dataset_load_split(&d, tmp_dir, "test", tok, &o, &present) < 0);
     CHECK_ERROR_CONTAINS("test.jsonl: Test set not found or empty. Must provide test set for evaluation.");
-    stderr_begin();
+    output_begin();
     int rc = dataset_load_split(&d, tmp_dir, "valid", tok, &o, &present);
-    stderr_end(warn, sizeof warn);
+    output_end(warn, sizeof warn);
     CHECK(rc == 0 && !present && d.n == 0);
     CHECK(strcmp(warn, "Warning: Validation set not found or empty. Training will proceed without validation.\n") == 0);
     /* Empty files, and files with only blank lines (MLX-LM: IndexError). */
@@ -220,9 +220,9 @@ static void test_splits(void) {
     CHECK(dataset_load(&d, file_path("train.jsonl"), tok, &o) < 0);
     CHECK_ERROR_CONTAINS("train.jsonl: no examples (empty file, or only blank lines)");
     write_text("valid.jsonl", "\n   \n\t\r\n");
-    stderr_begin();
+    output_begin();
     rc = dataset_load_split(&d, tmp_dir, "valid", tok, &o, &present);
-    stderr_end(warn, sizeof warn);
+    output_end(warn, sizeof warn);
     CHECK(rc == 0 && !present && strstr(warn, "Validation set not found or empty") != NULL);
     /* Present. */
     write_text("train.jsonl", "{\"text\": \"abc\"}\n");
@@ -290,9 +290,9 @@ static void test_bad_lines(void) {
                   cases[c].error, error_message());
         /* Skip: the bad line is counted, the good one kept, a summary printed. */
         char warn[4096];
-        stderr_begin();
+        output_begin();
         int rc = load_bytes(&d, cases[c].data, len, true);
-        stderr_end(warn, sizeof warn);
+        output_end(warn, sizeof warn);
         CHECK_MSG(rc == 0 && d.n == 1 && d.bad_lines == 1, "case %zu skip: rc %d n %zu: %s", c, rc, d.n, error_message());
         CHECK_MSG(strstr(warn, "[WARNING] ") && strstr(warn, "skipped 1 bad lines") && strstr(warn, cases[c].error),
                   "case %zu: warning \"%s\"", c, warn);
@@ -306,9 +306,9 @@ static void test_skip_and_all_bad(void) {
     CHECK(load_text(&d, mixed, false, false) < 0);
     CHECK_ERROR_CONTAINS("case.jsonl:2: not valid JSON");
     char warn[4096];
-    stderr_begin();
+    output_begin();
     int rc = load_text(&d, mixed, false, true);
-    stderr_end(warn, sizeof warn);
+    output_end(warn, sizeof warn);
     CHECK(rc == 0 && d.n == 3 && d.bad_lines == 4);
     CHECK(strstr(warn, "skipped 4 bad lines (first: ") && strstr(warn, "case.jsonl:2:") && strstr(warn, "case.jsonl:3:") &&
           strstr(warn, "case.jsonl:5:") && !strstr(warn, "case.jsonl:7:")); /* the first three */
@@ -321,9 +321,9 @@ static void test_skip_and_all_bad(void) {
     CHECK(load_text(&d, "nope\n[1]\n", false, false) < 0);
     CHECK_ERROR_CONTAINS("case.jsonl:1: not valid JSON");
     /* Skip mode finds the format from the first good record. */
-    stderr_begin();
+    output_begin();
     rc = load_text(&d, "{\"x\": 1}\n{\"text\": \"a\"}\n{\"prompt\": \"p\", \"completion\": \"c\"}\n", false, true);
-    stderr_end(warn, sizeof warn);
+    output_end(warn, sizeof warn);
     CHECK(rc == 0 && d.format == DATA_TEXT && d.n == 1 && d.bad_lines == 2);
     if (rc == 0) dataset_free(&d);
 }
@@ -367,9 +367,9 @@ static void test_huge_line(void) {
     Dataset d;
     char warn[4096];
     size_t before = rss_peak_bytes();
-    stderr_begin();
+    output_begin();
     int rc = dataset_load(&d, p, tok, &o);
-    stderr_end(warn, sizeof warn);
+    output_end(warn, sizeof warn);
     size_t small_peak = rss_peak_bytes();
     CHECK(rc == 0 && d.n == 2 && d.bad_lines == 1);
     CHECK(strstr(warn, "huge.jsonl:2: line longer than the limit of 1048576 bytes") != NULL);

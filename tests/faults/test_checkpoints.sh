@@ -21,7 +21,7 @@ expect_fallback() {  # LABEL DIR REASON
   it=$(grep -ao '"iteration":"[0-9]*"' "$SCRATCH/$2/$state.prev" | grep -o '[0-9]*')
   train "$SCRATCH/$2" --iters 4 --resume >"$SCRATCH/out" 2>"$SCRATCH/err" || rc=$?
   check "$1: falls back to the previous state (exit $rc: $(tail -1 "$SCRATCH/err"))" [ $rc = 0 ]
-  check "$1: the warning names the damage" grep -q "^\[WARNING\] .*$state: .*$3.*; resuming from the previous state .*$state.prev" "$SCRATCH/err"
+  check "$1: the warning names the damage (on stdout, with the log)" grep -q "^\[WARNING\] .*$state: .*$3.*; resuming from the previous state .*$state.prev" "$SCRATCH/out"
   check "$1: resumes from the previous state's iteration ($it)" grep -q "Resuming from .* at iteration $it " "$SCRATCH/out"
 }
 damaged flip_data $state "d[-5] ^= 0x01"

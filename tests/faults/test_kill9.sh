@@ -61,11 +61,11 @@ printf x > "$d/notes.tmp.txt"                          # not NAME.tmp.PID
 train "$d" --iters 1 >"$SCRATCH/out" 2>"$SCRATCH/err" || bad "stale: train failed: $(tail -1 "$SCRATCH/err")"
 check "stale: a dead writer's temporary files are removed" bash -c "[ ! -e '$d/adapters.safetensors.tmp.$dead' ] && [ ! -e '$d/training_state.safetensors.tmp.$dead' ]"
 check "stale: a live process's and other files are kept" bash -c "[ -e '$d/adapters.safetensors.tmp.$$' ] && [ -e '$d/notes.tmp.txt' ]"
-check "stale: the warning names the directory and the count" grep -q "^\[WARNING\] $d: removed 2 temporary files left by an interrupted save$" "$SCRATCH/err"
+check "stale: the warning names the directory and the count (stdout, as MLX-LM's warnings)" grep -q "^\[WARNING\] $d: removed 2 temporary files left by an interrupted save$" "$SCRATCH/out"
 # the same for lmtune fuse's output folder
 f=$SCRATCH/fused; mkdir -p "$f"
 printf x > "$f/model.safetensors.tmp.$dead"
 "$BIN" fuse --model "$SCRATCH/model" --adapter-path "$d" --save-path "$f" >"$SCRATCH/out" 2>"$SCRATCH/err" || bad "stale: fuse failed: $(tail -1 "$SCRATCH/err")"
 check "stale: fuse removes a dead writer's temporary file in --save-path" bash -c "[ ! -e '$f/model.safetensors.tmp.$dead' ] && [ -s '$f/model.safetensors' ]"
-check "stale: fuse warns once" grep -q "^\[WARNING\] $f: removed 1 temporary file left by an interrupted save$" "$SCRATCH/err"
+check "stale: fuse warns once" grep -q "^\[WARNING\] $f: removed 1 temporary file left by an interrupted save$" "$SCRATCH/out"
 finish faults/kill9 "$trials trials: $resumed resumed from their last checkpoint ($identical compared byte-identical), $early killed before the first save, seed $LMTUNE_TEST_SEED"

@@ -26,6 +26,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     TrainArgs a;
     train_args_default(&a);
     if (train_args_parse(&a, 5, argv) < 0 && !error_message()[0]) abort();
-    args_release();
+    train_args_free(&a);
     return 0;
 }

@@ -182,7 +182,7 @@ static inline int lmtune_side(const char *dir, const char *adapter, const int32_
                        float *logits, int32_t *greedy, double *margins) {
     Model *m;
     Arena arena;
-    TRY(model_open_inference(&m, &arena, dir, adapter, 1, T + n_greedy, T + n_greedy));
+    TRY(model_open_inference(&m, &arena, dir, adapter, 1, T + n_greedy, T + n_greedy, 0));
     int rc = model_logits(m, ids, 1, T, logits);
     float *last = mem_alloc((size_t)V * sizeof(float));
     if (rc == 0) rc = model_decode(m, ids, T, 0, last);

@@ -197,10 +197,10 @@ int main(void) {
     /* bad specs */
     ModelSpec bad = lora; bad.num_layers = 9;
     MemPlan p2 = {0}; Carver cv = {NULL, &p2};
-    CHECK(model_layout(&cfg, &bad, &cv) < 0);
+    CHECK(model_layout_dtype(&cfg, &bad, DTYPE_F32, &cv) < 0);
     CHECK_ERROR_CONTAINS("--num-layers 9 is more than the model's 3 layers");
     bad = lora; bad.lora_rank = 0;
-    CHECK(model_layout(&cfg, &bad, &cv) < 0);
+    CHECK(model_layout_dtype(&cfg, &bad, DTYPE_F32, &cv) < 0);
     CHECK_ERROR_CONTAINS("rank");
     plan_free(&p2);
 

@@ -1,6 +1,6 @@
 /* test_layout_qwen35.c: the memory plan of a Qwen3.5 model (Gated DeltaNet
  * and gated attention blocks) is the real layout:
- *  - model_layout in planning mode gives exactly the arena bytes model_load
+ *  - model_layout_dtype in planning mode gives exactly the arena bytes model_load
  *    consumes, for LoRA (only the attention block trained, both kinds, chunk
  *    sizes 64 and 5), DoRA, full, with and without checkpointing, and
  *    decoding (KV cache + conv and recurrent states), f32 and bf16 files, and
@@ -28,7 +28,7 @@ static size_t entry_bytes(const MemPlan *p, const char *prefix) {
 static size_t arena_of(const ModelConfig *cfg, const ModelSpec *spec) {
     MemPlan plan = {0};
     Carver cv = {NULL, &plan};
-    CHECK(model_layout(cfg, spec, &cv) == 0);
+    CHECK(model_layout_dtype(cfg, spec, cfg->torch_dtype, &cv) == 0);
     size_t b = plan_arena_bytes(&plan);
     plan_free(&plan);
     return b;
@@ -148,7 +148,7 @@ int main(void) {
         const size_t K = 4;
         MemPlan p = {0};
         Carver cv = {NULL, &p};
-        CHECK(model_layout(&cfg, &specs[8], &cv) == 0);
+        CHECK(model_layout_dtype(&cfg, &specs[8], cfg.torch_dtype, &cv) == 0);
         CHECK(entry_bytes(&p, "Gated DeltaNet recurrent states") == r64(3 * Hv * Dk * Dv * 4));
         CHECK(entry_bytes(&p, "Gated DeltaNet conv states") == r64(3 * (K - 1) * CC * 4));
         CHECK(entry_bytes(&p, "KV cache") == 2 * r64(32 * 2 * 16 * 4));
@@ -166,8 +166,8 @@ int main(void) {
         MemPlan pb = {0};
         Carver ca = {NULL, &pa};
         Carver cb = {NULL, &pb};
-        CHECK(model_layout(&cfg, &a, &ca) == 0);
-        CHECK(model_layout(&cfg, &b, &cb) == 0);
+        CHECK(model_layout_dtype(&cfg, &a, cfg.torch_dtype, &ca) == 0);
+        CHECK(model_layout_dtype(&cfg, &b, cfg.torch_dtype, &cb) == 0);
         size_t wa = entry_bytes(&pa, "Gated DeltaNet chunk workspace");
         size_t wb = entry_bytes(&pb, "Gated DeltaNet chunk workspace");
         CHECK(wa > 0 && wb > wa);

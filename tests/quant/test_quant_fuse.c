@@ -19,7 +19,7 @@
 static float *logits_of(const char *model_dir, const char *adapter_dir, const int32_t *inp, int B, int T, int V) {
     Model *m;
     Arena arena;
-    if (model_open_inference(&m, &arena, model_dir, adapter_dir, B, T, 0) < 0) {
+    if (model_open_inference(&m, &arena, model_dir, adapter_dir, B, T, 0, 0) < 0) {
         CHECK_MSG(0, "%s: %s", model_dir, error_message());
         return NULL;
     }

@@ -4,6 +4,8 @@
 # expected tensors within 1e-6 relative (float64 sums may round differently
 # with another BLAS), case.json equal apart from the fp32_deviation guide.
 # Catches an edit of gen_refs.py / torch_model.py without a regeneration.
+# Also regenerates tests/ref/muon.json (gen_muon.py) and tests/ref/kv_rotating
+# (gen_kv_rotating.py): the same bytes.
 # Skipped (exit 77, a failure in strict runs) when Debian's python has no torch.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -12,8 +14,18 @@ if ! $PY -c "import torch" 2>/dev/null; then
   echo "SKIP: no torch at $PY (scripts/install-deps.sh --test installs python3-torch)"
   exit 77
 fi
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+out=$(mktemp -d); extra=$(mktemp -d); trap 'rm -rf "$out" "$extra"' EXIT
 LMTUNE_REF_OUT="$out" $PY tests/ref/gen_refs.py > "$out/log.txt"
+$PY tests/ref/gen_muon.py "$extra/muon.json" > /dev/null
+if ! cmp -s "$extra/muon.json" tests/ref/muon.json; then
+  echo "tests/ref/muon.json differs from a fresh gen_muon.py"; exit 1
+fi
+$PY tests/ref/gen_kv_rotating.py "$extra/kv_rotating" > /dev/null
+for f in config.json case.json model.safetensors inputs.safetensors expected.safetensors; do
+  if ! cmp -s "$extra/kv_rotating/$f" "tests/ref/kv_rotating/$f"; then
+    echo "tests/ref/kv_rotating/$f differs from a fresh gen_kv_rotating.py"; exit 1
+  fi
+done
 $PY - "$out" <<'PYEOF'
 import json, os, sys
 sys.path.insert(0, "tests/ref")

@@ -168,6 +168,7 @@ class DecoderLM:
         self.dora_m = {}     # "model.layers.i.key" -> m (out): DoRA magnitudes
         self.trainable_layers = set()
         self.checkpoint_blocks = False
+        self.visible = None  # (T, T) bool: which keys each query sees; None: causal
         self.round_inputs = bf16_mode == "emulate"  # can be switched off for finite differences
 
     # ---- trainable parameters -------------------------------------------------
@@ -279,8 +280,8 @@ class DecoderLM:
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))  # (B, H, T, T)
-        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(causal, float("-inf"))
+        hidden = ~self.visible if self.visible is not None else torch.ones(T, T, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         att = (probs @ v).transpose(1, 2).reshape(Bsz, T, H * D)
         h = h + self.linear(att, p + "self_attn.o_proj")

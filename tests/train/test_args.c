@@ -135,6 +135,56 @@ int main(void) {
     CHECK_ERROR_CONTAINS("/nonexistent/x.yaml: cannot open the config file");
     unlink(y);
 
+    /* mlx_lm.lora's run(): --test alone evaluates, --train --test does both,
+     * neither flag: lmtune train trains; YAML train: false alone is an error. */
+    CHECK(parse(&a, "--model m") == 0 && a.train && !a.test);
+    CHECK(parse(&a, "--model m --test") == 0 && !a.train && a.test);
+    CHECK(parse(&a, "--model m --test --train") == 0 && a.train && a.test);
+    y = write_yaml("train: false\ntest: true\n");
+    snprintf(line, sizeof line, "--model m -c %s", y);
+    CHECK(parse(&a, line) == 0 && !a.train && a.test);
+    y = write_yaml("train: false\n");
+    CHECK(parse(&a, line) < 0);
+    CHECK_ERROR_CONTAINS("Must provide at least one of --train or --test");
+    /* Muon and its optimizer_config keys; the YAML section is kept as given */
+    y = write_yaml("optimizer: muon\noptimizer_config:\n  muon:\n    momentum: 0.9\n    nesterov: false\n    ns_steps: 3\n"
+                   "    weight_decay: 0.0\n");
+    CHECK(parse(&a, line) == 0 && a.optimizer_config.kind == OPT_MUON && a.optimizer_config.muon.momentum == 0.9);
+    CHECK(!a.optimizer_config.muon.nesterov && a.optimizer_config.muon.ns_steps == 3 && a.optimizer_config.muon.weight_decay == 0);
+    CHECK(json_integer_value(json_object_get(json_object_get(a.optimizer_config_json, "muon"), "ns_steps")) == 3);
+    CHECK(json_object_size(a.optimizer_config_json) == 1);
+    train_args_free(&a);
+    y = write_yaml("optimizer_config:\n  muon:\n    beta: 0.9\n");
+    CHECK(parse(&a, line) < 0);
+    CHECK_ERROR_CONTAINS("optimizer_config.muon: unknown key \"beta\"");
+    /* MLX-LM's data keys, on the command line and in YAML */
+    y = write_yaml("prompt_feature: question\ncompletion_feature: answer\nchat_feature: conv\n");
+    CHECK(parse(&a, line) == 0 && !strcmp(a.prompt_feature, "question") && !strcmp(a.completion_feature, "answer"));
+    CHECK(!strcmp(a.chat_feature, "conv") && !strcmp(a.text_feature, "text"));
+    CHECK(parse(&a, "--model m --text-feature body") == 0 && !strcmp(a.text_feature, "body"));
+    /* MLX-only options accepted, remote code refused, an empty keys list refused */
+    CHECK(parse(&a, "--model m --report-to wandb --project-name p --clear-cache-threshold 0") == 0);
+    CHECK(!strcmp(a.report_to, "wandb") && !strcmp(a.project_name, "p"));
+    CHECK(parse(&a, "--model m --trust-remote-code") < 0);
+    CHECK_ERROR_CONTAINS("lmtune runs no model code");
+    y = write_yaml("trust_remote_code: false\nreport_to: null\nconfig: other.yaml\nwandb: null\n");
+    CHECK(parse(&a, line) == 0 && !a.trust_remote_code);   /* MLX-LM's own adapter_config.json keys */
+    y = write_yaml("lora_parameters:\n  keys: []\n");
+    CHECK(parse(&a, line) < 0);
+    CHECK_ERROR_CONTAINS("lora_parameters.keys: an empty list puts LoRA on no layer");
+    y = write_yaml("hf_dataset:\n  path: org/data\n");
+    CHECK(parse(&a, line) < 0);
+    CHECK_ERROR_CONTAINS("hf_dataset: lmtune reads local JSONL files only");
+    CHECK(parse(&a, "--model m --data org/data") < 0);
+    CHECK_ERROR_CONTAINS("--data org/data: not a local directory");
+    /* a value that starts with -- is the next flag, unless given with = */
+    CHECK(parse(&a, "--model m --adapter-path --iters 3") < 0);
+    CHECK_ERROR_CONTAINS("--adapter-path: expected a value, got the flag --iters (write --adapter-path=--iters");
+    CHECK(parse(&a, "--model m --adapter-path=--x --num-layers -1") == 0 && !strcmp(a.adapter_path, "--x"));
+    CHECK(parse(&a, "--model m -c --iters") < 0);
+    CHECK_ERROR_CONTAINS("--config: expected a value, got the flag --iters");
+    unlink(y);
+
     /* --help lists every flag with its default. */
     char *buf = NULL;
     size_t len = 0;

@@ -1,9 +1,12 @@
-/* test_optimizer.c: Adam, AdamW, SGD and Adafactor update rules. 10 steps on
- * a quadratic against PyTorch 1.13 (torch.optim.Adam/AdamW with bias
+/* test_optimizer.c: Adam, AdamW, SGD, Adafactor and Muon update rules. 10
+ * steps on a quadratic against PyTorch 1.13 (torch.optim.Adam/AdamW with bias
  * correction, SGD with momentum / nesterov / weight decay; the script is in
  * the comment below), MLX's default Adam (no bias correction) against the
  * formula in double, Adafactor's factored moments against a direct
- * implementation, and the moments carved through the plan. */
+ * implementation, Muon against tests/ref/muon.json (an independent PyTorch
+ * implementation of MLX's Muon, tests/ref/gen_muon.py: tall, wide, square
+ * and 1-D tensors, five settings), and the moments carved through the plan. */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include "base/alloc.h"
@@ -155,13 +158,114 @@ static void test_adafactor(void) {
     arena_free(&arena);
 }
 
+/* Floats of a JSON list into dst (n of them). */
+static int json_floats(json_t *a, float *dst, size_t n) {
+    if (!json_is_array(a) || json_array_size(a) != n) return -1;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)json_number_value(json_array_get(a, i));
+    return 0;
+}
+
+/* Muon against the PyTorch reference of MLX's Muon (tests/ref/muon.json). */
+static void test_muon(void) {
+    json_error_t jerr;
+    json_t *doc = json_load_file("tests/ref/muon.json", 0, &jerr);
+    CHECK_MSG(doc != NULL, "tests/ref/muon.json: %s", jerr.text);
+    if (!doc) return;
+    static const char *const NAMES[] = {"tall", "wide", "square", "vector"};
+    enum { NT = 4, MAXN = 32 };
+    json_t *tensors = json_object_get(doc, "tensors"), *settings = json_object_get(doc, "settings");
+    const float lr = (float)json_number_value(json_object_get(doc, "lr"));
+    const int updates = (int)json_integer_value(json_object_get(doc, "updates"));
+    float w[NT][MAXN], g[NT][MAXN], c[NT][MAXN], tg[NT][MAXN];
+    TrainableTensor t[NT];
+    for (int k = 0; k < NT; k++) {
+        json_t *tj = json_object_get(tensors, NAMES[k]), *shape = json_object_get(tj, "shape");
+        memset(&t[k], 0, sizeof t[k]);
+        snprintf(t[k].name, sizeof t[k].name, "%s", NAMES[k]);
+        t[k].ndim = (int)json_array_size(shape);
+        t[k].numel = 1;
+        for (int d = 0; d < t[k].ndim; d++) {
+            t[k].shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
+            t[k].numel *= (size_t)t[k].shape[d];
+        }
+        CHECK(t[k].numel <= MAXN);
+        CHECK(json_floats(json_object_get(tj, "c"), c[k], t[k].numel) == 0);
+        CHECK(json_floats(json_object_get(tj, "t"), tg[k], t[k].numel) == 0);
+        t[k].value = w[k];
+        t[k].grad = g[k];
+    }
+    double worst_all = 0;
+    size_t n_settings = json_array_size(settings);
+    CHECK(n_settings == 5);
+    for (size_t si = 0; si < n_settings; si++) {
+        json_t *sj = json_array_get(settings, si), *after = json_object_get(sj, "after");
+        const char *name = json_string_value(json_object_get(sj, "name"));
+        OptimizerConfig cfg;
+        optimizer_config_default(&cfg);
+        CHECK(cfg.muon.momentum == 0.95 && cfg.muon.weight_decay == 0.01 && cfg.muon.nesterov && cfg.muon.ns_steps == 5);
+        cfg.kind = OPT_MUON;
+        cfg.muon.momentum = json_number_value(json_object_get(sj, "momentum"));
+        cfg.muon.weight_decay = json_number_value(json_object_get(sj, "weight_decay"));
+        cfg.muon.nesterov = json_is_true(json_object_get(sj, "nesterov"));
+        cfg.muon.ns_steps = (int)json_integer_value(json_object_get(sj, "ns_steps"));
+        for (int k = 0; k < NT; k++) {
+            json_t *tj = json_object_get(tensors, NAMES[k]);
+            CHECK(json_floats(json_object_get(tj, "w0"), w[k], t[k].numel) == 0);
+        }
+        /* the plan has the momentum of every tensor and the Newton-Schulz
+         * workspace of the largest matrix: tall (6, 4): 2*4*6 + 2*4*4 floats */
+        MemPlan plan = {0};
+        Carver planner = {NULL, &plan};
+        Optimizer po;
+        CHECK(optimizer_layout(&po, &cfg, t, NT, &planner) == 0);
+        optimizer_free(&po);
+        CHECK(plan_class_bytes(&plan, MEM_OPTIMIZER) >= (24 + 24 + 16 + 5 + 80) * sizeof(float));
+        Arena arena;
+        CHECK(arena_init(&arena, plan_arena_bytes(&plan)) == 0);
+        plan_free(&plan);
+        Carver cv = {&arena, NULL};
+        Optimizer o;
+        CHECK(optimizer_layout(&o, &cfg, t, NT, &cv) == 0);
+        CHECK(arena.used == arena.capacity);
+        double worst = 0;
+        for (int u = 1; u <= updates; u++) {
+            for (int k = 0; k < NT; k++)
+                for (size_t i = 0; i < t[k].numel; i++) g[k][i] = 2 * c[k][i] * (w[k][i] - tg[k][i]);
+            CHECK(optimizer_update(&o, t, NT, lr) == 0);
+            char key[16];
+            snprintf(key, sizeof key, "%d", u);
+            json_t *ref = json_object_get(after, key);
+            if (!ref) continue;
+            for (int k = 0; k < NT; k++) {
+                json_t *rk = json_object_get(ref, NAMES[k]);
+                for (size_t i = 0; i < t[k].numel; i++) {
+                    double e = fabs(w[k][i] - json_number_value(json_array_get(rk, i)));
+                    if (e > worst) worst = e;
+                }
+            }
+        }
+        OptStateView views[4];
+        CHECK(optimizer_state_views(&o, 0, views) == 1 && !strcmp(views[0].key, "v") && views[0].numel == 24);
+        printf("muon %-22s vs PyTorch (float64): max abs %.3g after %d updates (PyTorch float32: %.3g)\n", name, worst,
+               updates, json_number_value(json_object_get(sj, "float32_gap")));
+        CHECK_MSG(worst < 2e-6, "muon %s: max abs error %.3g", name, worst);
+        if (worst > worst_all) worst_all = worst;
+        optimizer_free(&o);
+        arena_free(&arena);
+    }
+    printf("worst muon max abs error %.3g\n", worst_all);
+    json_decref(doc);
+}
+
 int main(void) {
     test_torch_trajectories();
     test_mlx_adam_default();
     test_adafactor();
+    test_muon();
     OptimizerKind k;
     CHECK(optimizer_kind_from_name("adamw", &k) == 0 && k == OPT_ADAMW);
-    CHECK(optimizer_kind_from_name("muon", &k) < 0);
-    CHECK_ERROR_CONTAINS("unknown optimizer \"muon\"");
+    CHECK(optimizer_kind_from_name("muon", &k) == 0 && k == OPT_MUON);
+    CHECK(optimizer_kind_from_name("lion", &k) < 0);
+    CHECK_ERROR_CONTAINS("unknown optimizer \"lion\" (expected adam, adamw, muon, sgd or adafactor)");
     return check_finish("train/optimizer");
 }

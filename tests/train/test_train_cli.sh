@@ -34,8 +34,8 @@ lora_parameters:
 YAML
 run() { "$BIN" train --model "$T/model" --data "$T/data" -c "$T/cfg.yaml" "$@"; }
 
-# Straight run, with --test.
-run --iters 10 --adapter-path "$T/straight" --metrics-file "$T/m.jsonl" --test > "$T/straight.log" 2>&1
+# Straight run, with --train --test (mlx_lm.lora: --test alone only evaluates).
+run --iters 10 --adapter-path "$T/straight" --metrics-file "$T/m.jsonl" --train --test > "$T/straight.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ]' "straight run exit status"
 ok 'grep -q "^Trainable parameters: [0-9.]*% ([0-9.]*M/[0-9.]*M)$" "$T/straight.log"' "trainable parameters line"
@@ -158,7 +158,7 @@ rc=$?
 ok '[ $rc -eq 0 ] && grep -q "\-\-grad-accumulation-steps N" "$T/help.log" && grep -q "\-\-max-grad-norm X" "$T/help.log"' "--help"
 
 # LMTUNE_PROFILE: the step profile, and the same adapter bytes as without it
-LMTUNE_PROFILE=1 run --iters 10 --adapter-path "$T/profiled" --test > "$T/profiled.log" 2>&1
+LMTUNE_PROFILE=1 run --iters 10 --adapter-path "$T/profiled" --train --test > "$T/profiled.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ] && cmp -s "$T/straight/adapters.safetensors" "$T/profiled/adapters.safetensors"' "profiled run: same adapters"
 ok 'grep -q "^Profile: wall seconds per training step, mean of 9 steps (the first step excluded)$" "$T/profiled.log"' "profile header"

@@ -1,0 +1,74 @@
+/* eval_run.c: see eval_run.h. */
+#include "cli/eval_run.h"
+#include <math.h>
+#include <stdio.h>
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include "data/batching.h"
+#include "dist/dist.h"
+#include "formats/hf_config.h"
+#include "model/adapter_io.h"
+#include "tokenizer/tokenizer.h"
+#include "train/sources.h"
+#include "train/trainer.h"
+
+/* mlx_lm.lora's progress lines: on stdout, rank 0 only (cli_ui.rprint). */
+static void log_line(const EvalRequest *r, const char *text) {
+    if (r->mlx_log) log_info("%s", text);
+}
+
+int eval_run(const EvalRequest *r) {
+    if (!r->model) return error_set("--model is required (a model directory)");
+    log_line(r, "Loading pretrained model");
+    Tokenizer *tok = NULL;
+    TRY(model_tokenizer_load(&tok, r->model));
+    DatasetOptions dopt = r->data_options;
+    char *tmpl = NULL;
+    int rc = -1;
+    Dataset test;
+    bool have_test = false, present;
+    Model *m = NULL;
+    Arena arena = {0};
+    DataSource src;
+    bool have_src = false;
+    const char *adapter = r->adapter_path && r->adapter_path[0] ? r->adapter_path : NULL;
+    if (r->chat_template) {
+        size_t n;
+        if (file_read_all(r->chat_template, 64u << 20, &tmpl, &n) < 0) {
+            error_prefix("--chat-template");
+            goto out;
+        }
+        dopt.chat_template = tmpl;
+    }
+    ModelConfig cfg;
+    if (model_config_load(r->model, &cfg) < 0) goto out;
+    if (cfg.n_eos > 0) dopt.eos_fallback = cfg.eos_token_ids[0];   /* text data, a tokenizer without EOS */
+    log_line(r, "Loading datasets");
+    if (dataset_load_split(&test, r->data, "test", tok, &dopt, &present) < 0) goto out;
+    have_test = true;
+    if (dopt.mask_prompt) dataset_warn_no_targets(&test, r->max_seq_length);
+    int width = batch_max_width(&test, r->batch_size, r->max_seq_length);
+    if (model_open_inference(&m, &arena, r->model, adapter, r->batch_size, width - 1, 0, 0) < 0) goto out;
+    if (data_source_init(&src, NULL, NULL, &test, r->batch_size, r->max_seq_length, dist_rank(), dist_world(),
+                         r->seed) < 0)
+        goto out;
+    have_src = true;
+    log_line(r, "Testing");
+    Trainee tr = model_trainee(m);
+    BatchSource bs = data_source_iface(&src);
+    double loss;
+    long ntok;
+    bool have;
+    if (train_evaluate(&tr, &bs, SPLIT_TEST, r->test_batches, &loss, &ntok, &have) < 0) goto out;
+    if (dist_rank() == 0) printf("Test loss %.3f, Test ppl %.3f.\n", loss, exp(loss));
+    rc = 0;
+out:
+    if (have_src) data_source_free(&src);
+    if (m) model_free(m);
+    arena_free(&arena);
+    if (have_test) dataset_free(&test);
+    mem_free(tmpl);
+    tokenizer_free(tok);
+    return rc;
+}

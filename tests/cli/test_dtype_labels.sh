@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# test_dtype_labels.sh: the safetensors headers, not config.json's label, say
+# how the weights are stored. Every command (train, plan, eval, generate,
+# fuse, and generate on the fused model) runs on every pair of stored dtype
+# (F32, BF16, F16) and label (torch_dtype float32 / bfloat16 / float16, no
+# label, and the newer `dtype` key), and for a given stored dtype the results
+# do not depend on the label: the same adapter bytes, test loss, generated
+# text, fused weights and planned arena. (A label that disagreed with the
+# weights crashed generate and eval: "memory plan too small".) The same for
+# an MLX-quantized model (4-bit codes, bf16 scales) under three labels, and
+# every command on a GGUF base (no label: the file's tensors say it all).
+set -u
+BIN=${LMTUNE_BIN:-./lmtune}
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/lmtune_dtype_labels.XXXXXX)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+fail=0; checks=0
+# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
+ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+
+"$BIN" init --preset tiny --layers 1 --out "$T/base" --tokenizer-text demo/data/train.jsonl --vocab-size 300 --seed 5 \
+  --init fan-in >/dev/null || { echo "init failed"; exit 1; }
+mkdir -p "$T/data"
+head -n 8 demo/data/train.jsonl > "$T/data/train.jsonl"
+head -n 4 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+head -n 4 demo/data/test.jsonl > "$T/data/test.jsonl"
+
+# model directories: stored dtype x label
+"$PY" - "$T" <<'PY'
+import json, os, shutil, struct, sys
+import numpy as np
+root = sys.argv[1]
+b = open(os.path.join(root, "base", "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+header = json.loads(b[8:8 + n])
+meta = header.pop("__metadata__", None)
+data = b[8 + n:]
+def convert(kind):
+    out, chunks, off = {}, [], 0
+    for name in sorted(header, key=lambda k: header[k]["data_offsets"][0]):
+        e = header[name]
+        a = np.frombuffer(data[e["data_offsets"][0]:e["data_offsets"][1]], dtype="<f4")
+        if kind == "F32":
+            raw = a.tobytes()
+        elif kind == "F16":
+            raw = a.astype("<f2").tobytes()
+        else:  # BF16, round to nearest even
+            u = a.view("<u4").astype(np.uint64)
+            raw = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")).tobytes()
+        out[name] = {"dtype": kind, "shape": e["shape"], "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    if meta is not None:
+        out["__metadata__"] = meta
+    h = json.dumps(out).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(chunks)
+cfg = json.load(open(os.path.join(root, "base", "config.json")))
+cfg.pop("torch_dtype", None); cfg.pop("dtype", None)
+labels = {"tf32": ("torch_dtype", "float32"), "tbf16": ("torch_dtype", "bfloat16"), "tf16": ("torch_dtype", "float16"),
+          "none": None, "dbf16": ("dtype", "bfloat16"), "df32": ("dtype", "float32")}
+for kind in ("F32", "BF16", "F16"):
+    weights = convert(kind)
+    for lab, kv in labels.items():
+        d = os.path.join(root, "m_%s_%s" % (kind, lab))
+        os.makedirs(d)
+        for f in os.listdir(os.path.join(root, "base")):
+            if f not in ("model.safetensors", "config.json"):
+                shutil.copy(os.path.join(root, "base", f), d)
+        open(os.path.join(d, "model.safetensors"), "wb").write(weights)
+        c = dict(cfg)
+        if kv:
+            c[kv[0]] = kv[1]
+        json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
+PY
+[ $? -eq 0 ] || { echo "could not write the model variants"; exit 1; }
+
+P="What is the capital of France?"
+for kind in F32 BF16 F16; do
+  for lab in tf32 tbf16 tf16 none dbf16 df32; do
+    m="$T/m_${kind}_$lab"; o="$T/o_${kind}_$lab"; mkdir -p "$o"
+    what="$kind weights labelled $lab"
+    "$BIN" train --model "$m" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
+      --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+    rc=$?; ok '[ $rc -eq 0 ]' "train, $what: $(tail -1 "$o/train.log")"
+    "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+    rc=$?; ok '[ $rc -eq 0 ]' "plan, $what: $(tail -1 "$o/plan.log")"
+    grep "^  arena" "$o/plan.log" > "$o/arena.txt"
+    "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+      > "$o/eval.log" 2>&1
+    rc=$?; ok '[ $rc -eq 0 ]' "eval, $what: $(tail -1 "$o/eval.log")"
+    "$BIN" train --model "$m" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+      --threads 1 > "$o/test.log" 2>&1
+    rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+      "train --test (evaluation only), $what: $(tail -1 "$o/test.log")"
+    "$BIN" generate --model "$m" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
+      > "$o/gen.txt" 2> "$o/gen.err"
+    rc=$?; ok '[ $rc -eq 0 ]' "generate, $what: $(tail -1 "$o/gen.err")"
+    "$BIN" fuse --model "$m" --adapter-path "$o/ad" --save-path "$o/fused" > "$o/fuse.log" 2>&1
+    rc=$?; ok '[ $rc -eq 0 ]' "fuse, $what: $(tail -1 "$o/fuse.log")"
+    "$BIN" generate --model "$o/fused" --prompt "$P" --max-tokens 6 --verbose False > "$o/gen_fused.txt" \
+      2> "$o/genf.err"
+    rc=$?; ok '[ $rc -eq 0 ]' "generate on the fused model, $what: $(tail -1 "$o/genf.err")"
+  done
+  # the label changes nothing
+  r="$T/o_${kind}_tf32"
+  for lab in tbf16 tf16 none dbf16 df32; do
+    o="$T/o_${kind}_$lab"
+    ok 'cmp -s "$r/ad/adapters.safetensors" "$o/ad/adapters.safetensors"' \
+       "$kind: trained adapter differs with label $lab"
+    ok 'cmp -s "$r/arena.txt" "$o/arena.txt"' "$kind: planned arena differs with label $lab ($(cat "$o/arena.txt"))"
+    ok '[ "$(grep "^Test loss" "$r/eval.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+       "$kind: test loss differs with label $lab"
+    ok 'cmp -s "$r/gen.txt" "$o/gen.txt" && cmp -s "$r/gen_fused.txt" "$o/gen_fused.txt"' \
+       "$kind: generated text differs with label $lab"
+    ok 'cmp -s "$r/fused/model.safetensors" "$o/fused/model.safetensors"' "$kind: fused weights differ with label $lab"
+  done
+done
+
+# ---- an MLX-quantized model: planned from its codes and scales, whatever the label ----
+"$BIN" convert --hf-path "$T/m_F32_tf32" --mlx-path "$T/q" --dtype bfloat16 -q --q-bits 4 --q-group-size 32 \
+  > "$T/convert.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ]' "convert -q: $(tail -1 "$T/convert.log")"
+"$PY" - "$T" <<'PY'
+import json, os, shutil, sys
+root = sys.argv[1]
+src = os.path.join(root, "q")
+for lab, kv in {"tf32": ("torch_dtype", "float32"), "tbf16": ("torch_dtype", "bfloat16"), "none": None}.items():
+    d = os.path.join(root, "q_" + lab)
+    shutil.copytree(src, d)
+    c = json.load(open(os.path.join(src, "config.json")))
+    c.pop("torch_dtype", None); c.pop("dtype", None)
+    if kv:
+        c[kv[0]] = kv[1]
+    json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
+PY
+for lab in tf32 tbf16 none; do
+  m="$T/q_$lab"; o="$T/oq_$lab"; mkdir -p "$o"
+  what="4-bit model (bf16 scales) labelled $lab"
+  "$BIN" train --model "$m" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
+    --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "train, $what: $(tail -1 "$o/train.log")"
+  "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "plan, $what: $(tail -1 "$o/plan.log")"
+  grep "^  arena" "$o/plan.log" > "$o/arena.txt"
+  "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+    > "$o/eval.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "eval, $what: $(tail -1 "$o/eval.log")"
+  "$BIN" train --model "$m" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+    --threads 1 > "$o/test.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+    "train --test (evaluation only), $what: $(tail -1 "$o/test.log")"
+  "$BIN" generate --model "$m" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
+    > "$o/gen.txt" 2> "$o/gen.err"
+  rc=$?; ok '[ $rc -eq 0 ]' "generate, $what: $(tail -1 "$o/gen.err")"
+  "$BIN" fuse --model "$m" --adapter-path "$o/ad" --save-path "$o/fused" > "$o/fuse.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ]' "fuse, $what: $(tail -1 "$o/fuse.log")"
+done
+r="$T/oq_tf32"
+for lab in tbf16 none; do
+  o="$T/oq_$lab"
+  ok 'cmp -s "$r/ad/adapters.safetensors" "$o/ad/adapters.safetensors"' "4-bit: trained adapter differs with label $lab"
+  ok 'cmp -s "$r/arena.txt" "$o/arena.txt"' "4-bit: planned arena differs with label $lab ($(cat "$o/arena.txt"))"
+  ok '[ "$(grep "^Test loss" "$r/eval.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+     "4-bit: test loss differs with label $lab"
+  ok 'cmp -s "$r/gen.txt" "$o/gen.txt"' "4-bit: generated text differs with label $lab"
+  ok 'cmp -s "$r/fused/model.safetensors" "$o/fused/model.safetensors"' "4-bit: fused weights differ with label $lab"
+done
+
+# ---- a GGUF base (Q8_0 blocks): every command plans from the file's tensors ----
+"$BIN" fuse --model "$T/m_F32_tf32" --adapter-path "$T/o_F32_tf32/ad" --save-path "$T/gf" --export-gguf \
+  --gguf-type q8_0 > "$T/gf.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ]' "fuse --export-gguf --gguf-type q8_0: $(tail -1 "$T/gf.log")"
+G="$T/gf/ggml-model-f16.gguf"; o="$T/og"; mkdir -p "$o"
+"$BIN" train --model "$G" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
+  --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ]' "train on a GGUF base: $(tail -1 "$o/train.log")"
+"$BIN" plan --model "$G" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && grep -q "^  arena" "$o/plan.log"' "plan on a GGUF base: $(tail -1 "$o/plan.log")"
+"$BIN" plan --model "$G" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+  > "$o/plan_test.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Evaluation only" "$o/plan_test.log"' \
+  "plan --test (evaluation only) on a GGUF base: $(tail -1 "$o/plan_test.log")"
+"$BIN" eval --model "$G" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+  > "$o/eval.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Test loss" "$o/eval.log"' "eval on a GGUF base: $(tail -1 "$o/eval.log")"
+"$BIN" train --model "$G" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+  --threads 1 > "$o/test.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+  "train --test (evaluation only) on a GGUF base: $(tail -1 "$o/test.log")"
+"$BIN" generate --model "$G" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
+  > "$o/gen.txt" 2> "$o/gen.err"
+rc=$?; ok '[ $rc -eq 0 ]' "generate on a GGUF base: $(tail -1 "$o/gen.err")"
+echo "summary cli/dtype_labels: $checks checks, $fail failed (3 stored dtypes x 6 labels x 7 commands; a 4-bit model" \
+  "x 3 labels x 6 commands; a GGUF base x 6 commands)"
+[ $fail -eq 0 ]
