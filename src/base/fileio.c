@@ -39,6 +39,94 @@ void file_unmap(MappedFile *m) {
     memset(m, 0, sizeof *m);
 }
 
+size_t file_page_size(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static int by_begin(const void *a, const void *b) {
+    const ByteRange *x = a, *y = b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* Sorts the ranges and turns them into merged page runs [begin, end) in
+ * page units, clipped to the file; returns the number of runs (in place). */
+static size_t page_runs(ByteRange *r, size_t n, size_t size) {
+    size_t pg = file_page_size(), pages = (size + pg - 1) / pg, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].end <= r[i].begin || r[i].begin >= size) continue;
+        size_t e = r[i].end < size ? r[i].end : size;
+        r[k].begin = r[i].begin / pg;
+        r[k].end = (e + pg - 1) / pg;
+        if (r[k].end > pages) r[k].end = pages;
+        k++;
+    }
+    qsort(r, k, sizeof *r, by_begin);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (m > 0 && r[i].begin <= r[m - 1].end) {
+            if (r[i].end > r[m - 1].end) r[m - 1].end = r[i].end;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    return m;
+}
+
+size_t file_pages_covering(ByteRange *ranges, size_t n, size_t size) {
+    size_t runs = page_runs(ranges, n, size), pages = 0;
+    for (size_t i = 0; i < runs; i++) pages += ranges[i].end - ranges[i].begin;
+    return pages;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+int file_map_keep(const MappedFile *m, ByteRange *ranges, size_t n) {
+    if (!m->data || !m->size) return 0;
+    size_t pg = file_page_size(), pages = (m->size + pg - 1) / pg;
+    size_t runs = page_runs(ranges, n, m->size);
+    unsigned char *base = (unsigned char *)m->data;
+    /* fault the kept pages in first: that can map whole folios beyond them,
+     * which the drops below then take back */
+    for (size_t i = 0; i < runs; i++) {
+        unsigned char *p = base + ranges[i].begin * pg;
+        size_t len = (ranges[i].end - ranges[i].begin) * pg;
+        if (madvise(p, len, MADV_POPULATE_READ) == 0) continue;
+        volatile unsigned char sink = 0;
+        for (size_t off = 0; off < len; off += pg) sink ^= p[off];
+        (void)sink;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i <= runs; i++) {
+        size_t stop = i < runs ? ranges[i].begin : pages;
+        if (stop > at && madvise(base + at * pg, (stop - at) * pg, MADV_DONTNEED) < 0)
+            return error_set("%s: cannot drop unused pages: %s", m->path, strerror(errno));
+        if (i < runs) at = ranges[i].end;
+    }
+    return 0;
+}
+
+int file_read_at(const char *path, size_t offset, void *dst, size_t n) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return error_set("%s: cannot open: %s", path, strerror(errno));
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)dst + got, n - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd);
+            return error_set("%s: cannot read %zu bytes at offset %zu: %s", path, n, offset,
+                             e ? strerror(e) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return 0;
+}
+
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_size) {
     *out = NULL;
     FILE *fp = fopen(path, "rb");

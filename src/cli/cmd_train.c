@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -45,16 +46,22 @@ static uint64_t base_weights_id(const char *model_dir) {
         size_t len = strlen(e->d_name);
         if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors")) continue;
         char *path = path_join(model_dir, e->d_name);
-        MappedFile m;
-        if (!path || file_map(&m, path) < 0) { mem_free(path); error_clear(); continue; }
+        struct stat sb;
+        if (!path || stat(path, &sb) < 0) { mem_free(path); error_clear(); continue; }
+        size_t size = (size_t)sb.st_size;
         uint64_t f = 1469598103934665603ull;
 #define FNV_ADD(p, n) do { for (size_t k_ = 0; k_ < (n); k_++) { f ^= ((const unsigned char *)(p))[k_]; f *= 1099511628211ull; } } while (0)
         FNV_ADD(e->d_name, len);
-        FNV_ADD(&m.size, sizeof m.size);
-        for (size_t i = 0; m.size >= 64 && i < 64; i++) FNV_ADD(m.data + (m.size - 64) / 63 * i, 64);
+        FNV_ADD(&size, sizeof size);
+        /* read with pread, not through a mapping: a mapping's faults would
+         * make whole folios of the weights resident for a few bytes */
+        unsigned char sample[64];
+        for (size_t i = 0; size >= 64 && i < 64; i++) {
+            if (file_read_at(path, (size - 64) / 63 * i, sample, 64) < 0) { error_clear(); break; }
+            FNV_ADD(sample, 64);
+        }
 #undef FNV_ADD
         h ^= f;   /* order-independent: readdir's order is not fixed */
-        file_unmap(&m);
         mem_free(path);
     }
     closedir(d);
@@ -199,9 +206,10 @@ static int run_train(Run *r, int *exit_code) {
     if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
     if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
-    plan_free(&plan);
-    TRY(arena_init(&r->arena, arena_bytes));
-    TRY(model_load(&r->model, a->model, &spec, &r->arena));
+    int rc = arena_init(&r->arena, arena_bytes);
+    if (rc == 0) rc = model_load(&r->model, a->model, &spec, &r->arena);
+    plan_free(&plan);   /* spec.embed_rows pointed into it */
+    TRY(rc);
     Rng init_rng;
     rng_seed(&init_rng, a->seed);
     TRY(model_init_trainables(r->model, &init_rng));

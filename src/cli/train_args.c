@@ -355,5 +355,11 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     out->optimizer = a->optimizer_config;
     out->memory_limit = a->memory_limit;
     out->effective_batch_size = a->effective_batch_size;
+    out->iters = a->iters;
+    out->epochs = a->epochs;
+    out->seed = a->seed;
+    out->val_batches = a->val_batches;
+    out->test_batches = a->test_batches;
+    out->threads = a->threads;
     return 0;
 }

@@ -1,7 +1,9 @@
 /* matmul.h: every matrix product of lmtune, through oneDNN (fp32, and bf16
  * inputs with fp32 accumulation for frozen bf16 weights). Primitives are
  * created once per shape and cached, so the step loop creates nothing.
- * Row-major throughout. */
+ * Row-major throughout. The shape each product creates is public
+ * (MatmulShape, matmul_shape_*), so the memory planner can list a run's
+ * primitives before the run and ask what they hold (matmul_plan). */
 #ifndef LT_MATMUL_H
 #define LT_MATMUL_H
 #include <stdbool.h>
@@ -62,6 +64,8 @@ long matmul_primitives_created(void);
  * prints the sums (calls, CPU seconds, GFLOP/s) to stderr when print, and
  * clears them. */
 void matmul_profile_report(bool print);
+/* Primitives alive in the cache now (at most its 256 slots). */
+long matmul_primitives_alive(void);
 /* Destroys every cached primitive and the engine (end of program, tests). */
 void matmul_release_all(void);
 
@@ -80,4 +84,57 @@ void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weig
  * apart) @ weight (OC, C, BF16) + beta * dinp; uses no matmul scratch. */
 void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld_dout, const void *weight_bf16,
                                     float beta, int N, int C, int OC);
+
+/* --- shapes and planning --- */
+
+/* Everything a primitive's creation depends on: the cache key. */
+typedef struct MatmulShape {
+    int64_t M, N, K;
+    int transA, transB;
+    int64_t lda, ldb, ldc;      /* row strides of A, B (as stored) and C, in elements */
+    DType a_type, b_type;       /* F32 or BF16 */
+    float alpha, beta;
+    int has_bias;
+} MatmulShape;
+
+/* The shape each entry point above creates for its arguments. */
+MatmulShape matmul_shape_gemm(int M, int N, int K, bool transA, bool transB, float alpha, float beta);
+/* linear_forward and linear_forward_bf16_input (wtype BF16) */
+MatmulShape matmul_shape_linear_forward(int N, int C, int OC, DType wtype, bool bias);
+/* linear_backward's (beta 1) and linear_backward_set_dinp's (beta 0) dinp product */
+MatmulShape matmul_shape_linear_dinp(int N, int C, int OC, DType wtype, float beta);
+/* linear_backward's dweight product */
+MatmulShape matmul_shape_linear_dweight(int N, int C, int OC);
+MatmulShape matmul_shape_dinp_bf16_dout(size_t ld_dout, int N, int C, int OC, float beta);
+
+/* What a list of shapes (a run's products, duplicates allowed) holds. */
+typedef struct {
+    size_t shapes;              /* distinct shapes */
+    size_t primitives;          /* alive at once: min(shapes, the cache's 256 slots) */
+    size_t primitive_bytes;     /* resident bytes one primitive holds (start-up probe) */
+    size_t held_bytes;          /* primitives x primitive_bytes */
+    size_t scratchpad_bytes;    /* the largest scratchpad need (oneDNN's answer per shape) */
+} MatmulPlan;
+/* Used when no probe ran (measured on an AMD Zen 4 core: 40-64 KiB). */
+#define MATMUL_PRIMITIVE_BYTES_DEFAULT ((size_t)56 << 10)
+int matmul_plan(const MatmulShape *shapes, size_t n, MatmulPlan *out);
+
+/* The planned scratchpad every primitive runs with (an arena entry of
+ * MatmulPlan.scratchpad_bytes); NULL: none. A product that needs more uses
+ * a buffer of matmul.c's own, which matmul_unplanned_scratchpad_bytes
+ * reports (0 in a planned run). */
+void matmul_set_scratchpad(void *pad, size_t bytes);
+size_t matmul_unplanned_scratchpad_bytes(void);
+
+/* The start-up probe (once per process, tens of milliseconds): warms up
+ * oneDNN and the OpenMP threads, measures what one primitive holds and the
+ * machine's GEMM rates, then releases everything it created. Run it before
+ * the process baseline is measured. */
+typedef struct {
+    size_t primitive_bytes;     /* resident growth per primitive created */
+    double gflops_f32, gflops_bf16; /* one core: a 256 x 512 x 512 product, best of 5 */
+    int threads;                /* OpenMP threads of the run */
+    long probe_primitives;
+} MatmulProbe;
+const MatmulProbe *matmul_probe(void);
 #endif

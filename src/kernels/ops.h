@@ -65,6 +65,10 @@ void attention_backward(float *dq,        /* (B, T, H, D) += */
                         float *workspace, /* attention_workspace_floats(...) floats */
                         int B, int T, int H, int KVH, int D);
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D);
+/* Bytes of the tiles one thread's attention task keeps on its stack (the
+ * larger of the forward's and the backward's): resident on every OpenMP
+ * thread's stack once attention has run, so the memory plan counts them. */
+size_t attention_stack_bytes(int D);
 
 /* --- SwiGLU: out = silu(gate) * up --- */
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);

@@ -39,7 +39,11 @@ size_t plan_arena_bytes(const MemPlan *p) {
 size_t plan_class_bytes(const MemPlan *p, MemClass c) {
     size_t s = 0; for (size_t i = 0; i < p->n; i++) if (p->entries[i].cls == c) s += p->entries[i].bytes; return s;
 }
-void plan_free(MemPlan *p) { mem_free(p->entries); memset(p, 0, sizeof *p); }
+void plan_free(MemPlan *p) {
+    mem_free(p->entries);
+    mem_free(p->owned);
+    memset(p, 0, sizeof *p);
+}
 
 int carve(Carver *cv, MemClass c, const char *name, size_t bytes, void **out) {
     *out = NULL;

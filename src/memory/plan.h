@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     PlanEntry *entries;
     size_t n, cap;
+    void *owned;      /* heap data the plan's model spec points to (freed by plan_free) */
 } MemPlan;
 
 const char *mem_class_name(MemClass c);

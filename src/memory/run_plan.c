@@ -7,6 +7,13 @@
 #include "data/batching.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
+#include "memory/run_batches.h"
+#include "kernels/ops.h"
+#include "base/fileio.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <stdio.h>
 #include <string.h>
 
 size_t run_baseline_now(const RunInputs *in) {
@@ -24,27 +31,6 @@ int run_max_width(const RunShape *a, const RunInputs *in) {
     return w;
 }
 
-/* oneDNN's memory: each matrix-product primitive (its JIT-compiled kernels
- * and descriptors) holds about 0.21 MB (measured: 256 f32 primitives of
- * training shapes add 53 MB), and the products of one batch width make about
- * two dozen primitives (forward, backward and LoRA's thin products of the
- * projections, and the LM head); the cache keeps at most 256. Plus the
- * scratchpad, which is at most one panel reorder of the widest activation. */
-static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, int distinct_widths) {
-    size_t N = (size_t)s->max_rows * (s->max_tokens > 0 ? s->max_tokens : 1);
-    size_t widest = (size_t)c->intermediate_size > (size_t)c->hidden_size ? (size_t)c->intermediate_size : (size_t)c->hidden_size;
-    size_t primitives = (size_t)(distinct_widths > 0 ? distinct_widths : 1) * 24;
-    if (primitives > 256) primitives = 256;
-    return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
-}
-
-static int distinct_widths(const RunShape *a, const RunInputs *in) {
-    int n = batch_distinct_widths(in->train, a->batch_size, a->max_seq_length);
-    if (in->valid) n += batch_distinct_widths(in->valid, a->batch_size, a->max_seq_length);
-    if (in->test && a->test) n += batch_distinct_widths(in->test, a->batch_size, a->max_seq_length);
-    return n;
-}
-
 void run_model_spec(const RunShape *a, const RunInputs *in, ModelSpec *spec) {
     int world = in->world > 0 ? in->world : 1;
     int rows = a->batch_size / world > 0 ? a->batch_size / world : 1;
@@ -53,6 +39,15 @@ void run_model_spec(const RunShape *a, const RunInputs *in, ModelSpec *spec) {
     spec->max_rows = rows;
     spec->max_tokens = run_max_width(a, in) - 1;
     spec->training = true;
+}
+
+int run_threads(const RunShape *s) {
+    if (s->threads > 0) return s->threads;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
 }
 
 int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec) {
@@ -67,12 +62,25 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
     DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
     st_model_close(&st);
+    /* The batches the run reads: the embedding rows of their tokens, and the
+     * matrix products (oneDNN primitives) they create. */
+    RunBatches rb;
+    TRY(run_batches_build(a, in, &rb));
+    MatmulPlan lib;
+    int rc = run_library_plan(&rb, world, in->cfg, spec, file_dtype, &lib);
+    plan->owned = rb.ids;
+    rb.ids = NULL;
+    run_batches_free(&rb);
+    TRY(rc);
+    spec->embed_rows = plan->owned;
+    spec->library_scratchpad = lib.scratchpad_bytes;
     TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
     TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
-    TrainableTensor *list; size_t n;
+    TrainableTensor *list;
+    size_t n;
     TRY(model_trainable_list(in->cfg, spec, &list, &n));
     Optimizer probe;
-    int rc = optimizer_layout(&probe, &a->optimizer, list, n, &cv);
+    rc = optimizer_layout(&probe, &a->optimizer, list, n, &cv);
     if (rc == 0) optimizer_free(&probe);
     mem_free(list);
     TRY(rc);
@@ -80,8 +88,17 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     if (in->valid) data += dataset_bytes(in->valid);
     if (in->test && a->test) data += dataset_bytes(in->test);
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
-    TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
-    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, distinct_widths(a, in)), false));
+    size_t batch_bytes = batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3;
+    TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_bytes, false));
+    char nm[96];
+    int threads = run_threads(a);
+    snprintf(nm, sizeof nm, "attention tiles on the stacks of %d threads", threads);
+    size_t pg = file_page_size();
+    size_t stack = (attention_stack_bytes(in->cfg->head_dim) + pg - 1) / pg * pg;
+    TRY(plan_note(plan, MEM_ATTENTION, nm, (size_t)threads * stack, false));
+    snprintf(nm, sizeof nm, "oneDNN primitives: %zu of %zu bytes each (code, descriptors)", lib.primitives,
+             lib.primitive_bytes);
+    TRY(plan_note(plan, MEM_LIBRARY, nm, lib.held_bytes, false));
     if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));

@@ -77,10 +77,12 @@ static int check_common(Model *m) {
     return 0;
 }
 
-/* The bf16 conversion scratch is a library global: point it at this
- * model's before computing (another model may have been loaded since). */
+/* The bf16 conversion scratch and oneDNN's scratchpad are library globals:
+ * point them at this model's before computing (another model may have been
+ * loaded since). */
 void model_bind_scratch(Model *m) {
     if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    if (m->mm_pad) matmul_set_scratchpad(m->mm_pad, m->mm_pad_bytes);
 }
 
 int model_loss(Model *m, const int32_t *tokens, int B, int W,

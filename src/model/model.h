@@ -43,6 +43,10 @@ typedef struct {
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
+    const uint64_t *embed_rows; /* bitmap (bit v of word v / 64) of the embedding rows the run
+                                   reads, from its data's token ids; NULL: every row */
+    size_t library_scratchpad; /* bytes of oneDNN's scratchpad (matmul_plan of the run's
+                                  products); 0: none planned */
 } ModelSpec;
 
 
@@ -54,7 +58,9 @@ int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv);
  * grad NULL), without loading anything: the planner sizes the optimizer
  * moments from it. *out is heap (mem_free). */
 int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n);
-/* Notes the frozen weights that stay in the mapped file(s): reads headers only. */
+/* Notes the frozen weights read in place from the mapped file(s): the pages
+ * of the frozen matrices, the LM head and the embedding rows of
+ * spec->embed_rows, exactly those model_load keeps resident. Reads headers only. */
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan);
 
 /* Opens DIR (config.json, safetensors), checks every tensor against the
@@ -97,6 +103,31 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
 /* model_layout for a known dtype of the file's matrices (model_layout takes
  * it from config.json's torch_dtype; model_load uses the real one). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
+
+/* --- the products of a run, listed without running it (model_products.c) --- */
+typedef enum {
+    PRODUCT_FORWARD,      /* a block's forward pass */
+    PRODUCT_RECOMPUTE,    /* a checkpointed block's forward again, before its backward */
+    PRODUCT_BACKWARD,     /* a trainable block's backward pass */
+    PRODUCT_LMHEAD,       /* the LM head (and its input gradient) */
+    PRODUCT_DORA_NORMS,   /* DoRA's adapted row norms, once per step */
+} ProductPhase;
+typedef struct {
+    int rows, tokens;     /* B rows x T positions (decode: the prompt's positions) */
+    long lm_rows;         /* positions whose loss counts: the LM head's rows */
+    bool train;           /* forward + backward (and recompute); else forward only */
+    bool decode;          /* KV-cache generation: a prompt of `tokens`, then one token at a time */
+} ProductBatch;
+struct MatmulShape;
+/* block: the block's index, or -1 (LM head). Recompute products are listed
+ * for every trainable block (a subset of its forward shapes); a sink that
+ * sums FLOPs counts them for the checkpointed blocks only. */
+typedef void (*ProductSink)(void *ctx, const struct MatmulShape *shape, int block, ProductPhase phase);
+int model_products(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, const ProductBatch *batches,
+                   size_t n, ProductSink sink, void *ctx);
+/* FLOPs of causal attention over rows x tokens (forward, or backward with
+ * the score recompute); attention runs lmtune's own tiles, not oneDNN. */
+double model_attention_flops(const ModelConfig *cfg, int rows, int tokens, bool backward);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors
  * (HF names), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32, BF16

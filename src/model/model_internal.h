@@ -116,6 +116,8 @@ struct Model {
     float *lmhead_scratch;
     void *mm_scratch;
     size_t mm_scratch_bytes;
+    void *mm_pad;             /* oneDNN's scratchpad (spec.library_scratchpad) */
+    size_t mm_pad_bytes;
 
     /* KV cache */
     float *kcache, *vcache;   /* (L, kv_T, KVD) */
@@ -127,6 +129,14 @@ struct Model {
     bool dora_fresh;
     bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */          /* dnorm matches the current adapter */
 };
+
+/* Block l's parameters are fully trainable (full fine-tuning's blocks). */
+static inline bool block_is_full(const Model *m, int l) { return m->spec.type == TUNE_FULL && l >= m->d.lo; }
+/* The projections of block l with a LoRA/DoRA branch (bitmask of 1u << PROJ_*). */
+static inline unsigned block_adapted_mask(const Model *m, int l) {
+    if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
+    return m->spec.lora_keys & PROJ_ALL;
+}
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */
@@ -145,6 +155,12 @@ const uint16_t *proj_shared_input(const BlockParams *bp, int p0, int p1, const f
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N);
 void dora_update_norms(Model *m);
+
+/* model_residency.c: settles which pages of the weight files are resident
+ * (those the run reads in place; see model_plan_weights), and reads a
+ * tensor out of its file with pread (n elements, converted to dst_type). */
+int model_keep_resident(Model *m);
+int model_read_tensor(const Model *m, const StTensor *t, void *dst, DType dst_type, size_t n);
 
 /* block.c */
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,

@@ -3,8 +3,8 @@
  * very same walk on the arena and gets the pointers. Groups of buffers that
  * always live together (one block's activations, the backward scratch) are
  * one carve each, split into 64-byte aligned pieces, so the plan stays short
- * and readable. Also model_plan_weights: the weights used in place from the
- * mapped file, noted outside the arena. */
+ * and readable. (The weights used in place from the mapped files are
+ * noted outside the arena by model_residency.c.) */
 #include "model/model_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -96,11 +96,8 @@ static float *sub_f(Sub *s, size_t count) {
     return p;
 }
 
-static bool block_full(const Model *m, int l) { return m->spec.type == TUNE_FULL && l >= m->d.lo; }
-static unsigned block_adapted(const Model *m, int l) {
-    if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
-    return m->spec.lora_keys & PROJ_ALL;
-}
+static bool block_full(const Model *m, int l) { return block_is_full(m, l); }
+static unsigned block_adapted(const Model *m, int l) { return block_adapted_mask(m, l); }
 
 /* One block's activation set. full: a training set (x_in is not carved here;
  * every adapted projection keeps its own x@A); otherwise a forward workspace
@@ -443,6 +440,13 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         m->mm_scratch_bytes = b;
         CARVE(cv, MEM_LIBRARY, "bf16 conversion scratch (matmul)", b, m->mm_scratch);
     }
+
+    /* 7. oneDNN's scratchpad, shared by every primitive (sized by the planner
+     * from the products the run will create, kernels/matmul.h) */
+    if (spec->library_scratchpad > 0) {
+        m->mm_pad_bytes = spec->library_scratchpad;
+        CARVE(cv, MEM_LIBRARY, "oneDNN scratchpad (largest need of the run's products)", m->mm_pad_bytes, m->mm_pad);
+    }
     return 0;
 }
 
@@ -469,30 +473,6 @@ int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv) {
     DType t = cfg->torch_dtype;
     if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
     return model_layout_dtype(cfg, spec, t, cv);
-}
-
-int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
-    StModel st;
-    TRY(st_model_open(&st, model_dir, true));
-    const StTensor *e = st_model_find(&st, "model.embed_tokens.weight");
-    if (!e) { st_model_close(&st); return error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); }
-    DType ft = e->dtype;
-    Dims d;
-    if (dims_init(&d, cfg, spec, ft) < 0) { st_model_close(&st); return -1; }
-    st_model_close(&st);
-    if (d.convert) return 0;
-    size_t es = ft == DTYPE_F32 ? 4 : 2;
-    size_t emb = (size_t)d.V * d.C * es;
-    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight (mapped file)", emb, false));
-    if (!cfg->tie_word_embeddings) TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head.weight (mapped file)", emb, false));
-    size_t per_block = ((size_t)2 * d.C * d.QD + (size_t)2 * d.C * d.KVD + (size_t)3 * d.C * d.F) * es;
-    int frozen = spec->type == TUNE_FULL ? d.lo : d.L;
-    if (frozen > 0) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
-        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, per_block * frozen, false));
-    }
-    return 0;
 }
 
 int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n) {

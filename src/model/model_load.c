@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 const ModelConfig *model_config(const Model *m) { return &m->cfg; }
 const ModelSpec *model_spec(const Model *m) { return &m->spec; }
@@ -38,20 +37,6 @@ void model_free(Model *m) {
     mem_free(m);
 }
 
-/* Converts n elements between F32/BF16/F16, in parallel chunks. */
-static void convert(void *dst, DType dt, const void *src, DType st, size_t n) {
-    enum { CH = 4096 };
-    size_t nch = (n + CH - 1) / CH;
-    size_t ss = st == DTYPE_F32 ? 4 : 2, ds = dt == DTYPE_F32 ? 4 : 2;
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nch; c++) {
-        float buf[CH];
-        size_t b = c * CH, k = n - b < CH ? n - b : CH;
-        dtype_to_f32(buf, (const char *)src + b * ss, st, k);
-        dtype_from_f32((char *)dst + b * ds, dt, buf, k);
-    }
-}
-
 static int tensor_1d(Model *m, const char *name, int64_t n, const StTensor **t) {
     return st_model_expect(&m->st, name, 1, &n, t);
 }
@@ -70,7 +55,7 @@ static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, con
 static int load_small(Model *m, const char *name, int64_t n, float *dst) {
     const StTensor *t;
     TRY(tensor_1d(m, name, n, &t));
-    if (dst) dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
+    if (dst) TRY(model_read_tensor(m, t, dst, DTYPE_F32, (size_t)n));
     return 0;
 }
 
@@ -79,7 +64,7 @@ static int load_matrix(Model *m, const char *name, int64_t rows, int64_t cols, c
     TRY(tensor_2d(m, name, rows, cols, &t));
     if (!w) return 0;
     if (converted) {
-        convert((void *)*w, m->d.run_dtype, t->data, t->dtype, (size_t)rows * cols);
+        TRY(model_read_tensor(m, t, (void *)*w, m->d.run_dtype, (size_t)rows * cols));
         *wt = m->d.run_dtype;
     } else {
         *w = t->data;
@@ -178,15 +163,10 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (load_weights(m, false) < 0) goto fail;
     if (m->d.rope_T > 0)
         rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
-    if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    model_bind_scratch(m);
     dora_base_norms(m);
-    if (m->d.convert) {
-        /* the file's pages were read once for the conversion; let the kernel drop them */
-        for (size_t i = 0; i < m->st.n_files; i++) {
-            const MappedFile *mf = &m->st.files[i].map;
-            if (mf->data && mf->size) madvise((void *)mf->data, mf->size, MADV_DONTNEED);
-        }
-    }
+    /* exactly the planned pages of the files stay resident */
+    if (model_keep_resident(m) < 0) goto fail;
     *out = m;
     return 0;
 fail:
@@ -194,23 +174,16 @@ fail:
     return -1;
 }
 
-/* The mapped pages of a tensor that is no longer read leave the resident set. */
-static void drop_pages(const void *p, size_t bytes) {
-    const size_t pg = 4096;
-    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(uintptr_t)(pg - 1), e = ((uintptr_t)p + bytes) & ~(uintptr_t)(pg - 1);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-}
-
 int model_init_trainables(Model *m, Rng *rng) {
     const Dims *d = &m->d;
     if (m->spec.type == TUNE_FULL) {
-        /* fp32 masters from the file; the file's copy of these blocks is not used again */
+        /* fp32 masters from the file, read with pread: the file's copy of
+         * these blocks never becomes resident */
         for (size_t i = 0; i < m->n_trainables; i++) {
             TrainableTensor *t = &m->trainables[i];
             const StTensor *s = st_model_find(&m->st, t->name);
             if (!s || s->nelem != t->numel) return error_set("%s: tensor %s is missing", m->st.dir, t->name);
-            dtype_to_f32(t->value, s->data, s->dtype, t->numel);
-            if (t->ndim == 2) drop_pages(s->data, s->end - s->begin);
+            TRY(model_read_tensor(m, s, t->value, DTYPE_F32, t->numel));
         }
         return 0;
     }
