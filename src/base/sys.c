@@ -55,6 +55,27 @@ const char *format_bytes(char *buf, size_t n, size_t bytes) {
     return buf;
 }
 
+static void copy_smaps(const char *path, size_t now) {
+    FILE *in = fopen("/proc/self/smaps", "r");
+    FILE *out = in ? fopen(path, "w") : NULL;
+    if (out) {
+        char buf[65536];
+        size_t n;
+        fprintf(out, "# VmRSS %zu VmHWM %zu\n", now, rss_peak_bytes());
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+        fclose(out);
+    }
+    if (in) fclose(in);
+}
+
+void rss_snapshot_baseline(void) {
+    const char *path = getenv("LMTUNE_SMAPS");
+    if (!path || !*path) return;
+    char p[4096];
+    snprintf(p, sizeof p, "%s.baseline", path);
+    copy_smaps(p, rss_current_bytes());
+}
+
 /* Diagnostics for the memory bench: with LMTUNE_SMAPS=FILE in the
  * environment, /proc/self/smaps is copied to FILE whenever the resident set
  * is at a new high, so the peak can be attributed mapping by mapping. */
@@ -70,16 +91,7 @@ void rss_snapshot_if_peak(void) {
     size_t now = rss_current_bytes();
     if (now < high) return;
     high = now;
-    FILE *in = fopen("/proc/self/smaps", "r");
-    FILE *out = in ? fopen(path, "w") : NULL;
-    if (out) {
-        char buf[65536];
-        size_t n;
-        fprintf(out, "# VmRSS %zu VmHWM %zu\n", now, rss_peak_bytes());
-        while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
-        fclose(out);
-    }
-    if (in) fclose(in);
+    copy_smaps(path, now);
 }
 
 #ifndef MADV_POPULATE_READ

@@ -39,7 +39,7 @@ static int plan_run(TrainArgs *a, RunData *d) {
     TRY(run_choose_batch(&shape, &d->in, stdout));
     MemPlan plan;
     ModelSpec spec;
-    if (run_plan_build(&shape, &d->in, &plan, &spec) < 0) {
+    if (run_plan_build_ex(&shape, &d->in, &plan, &spec, 0) < 0) {
         plan_free(&plan);
         return -1;
     }

@@ -9,8 +9,21 @@
  *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for a BF16 weight)
  *   logits (chunk, V)  logits, then dlogits (for a BF16 weight, each row's
  *                      dlogits are rounded to bf16 in place, in the first half
- *                      of the row, and read with a row stride of 2V bf16)
- *   drows  (chunk, C)  dinp of the gathered rows before the scatter */
+ *                      of the row, then the rows are packed to (chunk, V)
+ *                      bf16: a dense operand is what oneDNN's brgemm takes; a
+ *                      row stride of 2V sends the product to its gemm:jit
+ *                      implementation, whose packing buffers are malloc'ed
+ *                      per thread and call, outside the memory plan)
+ *   drows  (chunk, C)  dinp of the gathered rows before the scatter
+ *
+ * The products of a chunk run on lmhead_product_rows(n, chunk) rows: the n
+ * gathered rows plus zero rows up to a multiple of 16. A last chunk's n
+ * depends on the data (how many targets of a batch count), and every
+ * distinct n would be a oneDNN primitive of its own, JIT-compiled and held
+ * (up to the cache's 256); with the padding a run has at most chunk / 16
+ * LM-head shapes per direction, which the memory planner counts. The padded
+ * rows cost at most 15 rows of products per batch; their results are not
+ * read. */
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +31,11 @@
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 #include "base/error.h"
+
+int lmhead_product_rows(int n, int chunk) {
+    int p = (n + 15) / 16 * 16;
+    return p < chunk ? p : chunk;
+}
 
 size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
@@ -85,6 +103,7 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
             idx[n++] = next;
         }
         if (n == 0) break;
+        int np = lmhead_product_rows(n, chunk);
         if (wtype == DTYPE_BF16) {
             uint16_t *rows16 = (uint16_t *)(void *)rows;
             #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
@@ -95,10 +114,12 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
                 for (; c + 16 <= C; c += 16) store16_bf16(dst + c, load16(src + c));
                 for (; c < C; c++) dst[c] = f32_to_bf16(src[c]);
             }
-            linear_forward_bf16_input(logits, rows16, weight, NULL, n, C, V);
+            memset(rows16 + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows16);
+            linear_forward_bf16_input(logits, rows16, weight, NULL, np, C, V);
         } else {
             for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
-            linear_forward(logits, rows, weight, DTYPE_F32, NULL, n, C, V);
+            memset(rows + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows);
+            linear_forward(logits, rows, weight, DTYPE_F32, NULL, np, C, V);
         }
         double chunk_loss[chunk];
         #pragma omp parallel for schedule(static)
@@ -111,10 +132,15 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
             if (row_loss) row_loss[idx[r]] = (float)chunk_loss[r];
         }
         if (!want_grad) continue;
-        if (wtype == DTYPE_BF16)
-            linear_backward_dinp_bf16_dout(drows, (const uint16_t *)(const void *)logits, 2 * (size_t)V, weight, 0.0f, n, C, V);
-        else
-            gemm_f32(drows, logits, weight, n, C, V, false, false, 1.0f, 0.0f);
+        /* the padded rows' logits are read as they are (their drows are not used) */
+        if (wtype == DTYPE_BF16) {
+            /* row r's bf16 dlogits move from byte 4rV to 2rV: in ascending
+             * order every destination lies in rows already moved */
+            uint16_t *d16 = (uint16_t *)(void *)logits;
+            for (int r = 1; r < np; r++) memmove(d16 + (size_t)r * V, d16 + 2 * (size_t)r * V, (size_t)V * 2);
+            linear_backward_dinp_bf16_dout(drows, d16, (size_t)V, weight, 0.0f, np, C, V);
+        } else
+            gemm_f32(drows, logits, weight, np, C, V, false, false, 1.0f, 0.0f);
         #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
         for (int r = 0; r < n; r++) {
             float *dst = dinp + (size_t)idx[r] * C;

@@ -126,6 +126,18 @@ long matmul_primitives_alive(void) {
     return n;
 }
 
+size_t matmul_alive_shapes(MatmulShape *out, size_t cap) {
+    pthread_mutex_lock(&mm_lock);
+    size_t n = 0;
+    for (int i = 0; i < MM_CACHE_SLOTS; i++) {
+        if (!mm_cache[i].used) continue;
+        if (n < cap) out[n] = mm_cache[i].key;
+        n++;
+    }
+    pthread_mutex_unlock(&mm_lock);
+    return n;
+}
+
 static void mm_init_locked(void) {
     if (mm_ready) return;
     /* Nothing of oneDNN's outlives our slots (see the header comment). */
@@ -552,18 +564,32 @@ static size_t mm_shape_scratchpad_locked(const MatmulShape *k) {
     return bytes;
 }
 
+const char *matmul_shape_impl(const MatmulShape *k, char *buf, size_t n) {
+    pthread_mutex_lock(&mm_lock);
+    mm_init_locked();
+    MatmulDescs md;
+    dnnl_primitive_desc_t pd = mm_pd_create(k, &md);
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) impl = "?";
+    snprintf(buf, n, "%s", impl);
+    dnnl_primitive_desc_destroy(pd);
+    pthread_mutex_unlock(&mm_lock);
+    return buf;
+}
+
 static MatmulProbe mm_probe_result;
 static int mm_probe_done;
 
 int matmul_plan(const MatmulShape *shapes, size_t n, MatmulPlan *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&mm_lock);
-    size_t distinct = 0;
+    size_t distinct = 0, bf16 = 0;
     for (size_t i = 0; i < n; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++) seen = mm_shape_eq(&shapes[i], &shapes[j]);
         if (seen) continue;
         distinct++;
+        bf16 += shapes[i].b_type == DTYPE_BF16;
         size_t pad = mm_shape_scratchpad_locked(&shapes[i]);
         if (pad > out->scratchpad_bytes) out->scratchpad_bytes = pad;
     }
@@ -571,8 +597,42 @@ int matmul_plan(const MatmulShape *shapes, size_t n, MatmulPlan *out) {
     out->shapes = distinct;
     out->primitives = distinct < MM_CACHE_SLOTS ? distinct : MM_CACHE_SLOTS;
     out->primitive_bytes = mm_probe_done ? mm_probe_result.primitive_bytes : MATMUL_PRIMITIVE_BYTES_DEFAULT;
-    out->held_bytes = out->primitives * out->primitive_bytes;
+    out->primitive_bytes_bf16 = mm_probe_done ? mm_probe_result.primitive_bytes_bf16 : MATMUL_PRIMITIVE_BYTES_DEFAULT;
+    /* beyond the cache's slots, the alive ones keep the shapes' dtype mix */
+    double keep = distinct ? (double)out->primitives / (double)distinct : 0;
+    out->primitives_bf16 = (size_t)(bf16 * keep + 0.5);
+    out->held_bytes = (out->primitives - out->primitives_bf16) * out->primitive_bytes +
+                      out->primitives_bf16 * out->primitive_bytes_bf16;
     return 0;
+}
+
+size_t matmul_prepare(const MatmulShape *shapes, size_t n) {
+    size_t r0 = rss_current_bytes();
+    pthread_mutex_lock(&mm_lock);
+    mm_init_locked();
+    size_t made = 0;
+    for (size_t i = 0; i < n && made < MM_CACHE_SLOTS; i++) {
+        MatmulSlot *hit = NULL, *victim = &mm_cache[0];
+        for (int j = 0; j < MM_CACHE_SLOTS && !hit; j++) {
+            MatmulSlot *s = &mm_cache[j];
+            if (!s->used) {
+                if (victim->used) victim = s;
+                continue;
+            }
+            if (mm_shape_eq(&s->key, &shapes[i])) hit = s;
+            else if (victim->used && s->last_use < victim->last_use) victim = s;
+        }
+        if (hit) continue;
+        mm_slot_release(victim);
+        victim->key = shapes[i];
+        mm_slot_create(victim);
+        victim->used = 1;
+        victim->last_use = ++mm_clock;
+        made++;
+    }
+    pthread_mutex_unlock(&mm_lock);
+    size_t r1 = rss_current_bytes();
+    return r1 > r0 ? r1 - r0 : 0;
 }
 
 /* Best of `reps` timed runs of one product, in GFLOP/s (wall time). */
@@ -627,23 +687,31 @@ const MatmulProbe *matmul_probe(void) {
                       warm[i].has_bias ? bias : NULL);
         pthread_mutex_unlock(&mm_lock);
     }
-    size_t r0 = rss_current_bytes();
-    pthread_mutex_lock(&mm_lock);
-    for (int i = 0; i < FRESH; i++) {
-        MatmulShape k = matmul_shape_gemm(RM / 2 + 8 * i, RN / 2 + 16 * i, RK / 2, false, i % 2, 1.0f, 0.0f);
+    /* fresh primitives of each dtype, of the kinds the model creates (the
+     * weight transposed, as in forward products, and not, as in input
+     * gradients); what they add to the resident set, per primitive */
+    for (int dt = 0; dt < 2; dt++) {
+        size_t r0 = rss_current_bytes();
+        pthread_mutex_lock(&mm_lock);
         mm_init_locked();
-        MatmulSlot *s = NULL;
-        for (int j = 0; j < MM_CACHE_SLOTS && !s; j++)
-            if (!mm_cache[j].used) s = &mm_cache[j];
-        if (!s) break;
-        s->key = k;
-        mm_slot_create(s);
-        s->used = 1;
-        s->last_use = ++mm_clock;
+        for (int i = 0; i < FRESH; i++) {
+            MatmulShape k = mm_shape(RM / 2 + 24 * i, RN / 2 + 16 * i, RK / 2 + 32 * (i / 2), false, i % 2,
+                                     dt ? DTYPE_BF16 : DTYPE_F32, 1.0f, 0.0f, false);
+            MatmulSlot *s = NULL;
+            for (int j = 0; j < MM_CACHE_SLOTS && !s; j++)
+                if (!mm_cache[j].used) s = &mm_cache[j];
+            if (!s) break;
+            s->key = k;
+            mm_slot_create(s);
+            s->used = 1;
+            s->last_use = ++mm_clock;
+        }
+        pthread_mutex_unlock(&mm_lock);
+        size_t r1 = rss_current_bytes();
+        size_t per = r1 > r0 ? (r1 - r0) / FRESH : 0;
+        if (dt) mm_probe_result.primitive_bytes_bf16 = per;
+        else mm_probe_result.primitive_bytes = per;
     }
-    pthread_mutex_unlock(&mm_lock);
-    size_t r1 = rss_current_bytes();
-    mm_probe_result.primitive_bytes = r1 > r0 ? (r1 - r0) / FRESH : 0;
     /* One thread: on a shared machine a product timed across all threads
      * measures the other processes (one descheduled thread stalls the
      * rest); one core's rate, times the threads, is the steadier estimate. */

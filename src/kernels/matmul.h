@@ -111,13 +111,25 @@ MatmulShape matmul_shape_dinp_bf16_dout(size_t ld_dout, int N, int C, int OC, fl
 typedef struct {
     size_t shapes;              /* distinct shapes */
     size_t primitives;          /* alive at once: min(shapes, the cache's 256 slots) */
-    size_t primitive_bytes;     /* resident bytes one primitive holds (start-up probe) */
-    size_t held_bytes;          /* primitives x primitive_bytes */
+    size_t primitives_bf16;     /* of them, bf16 products */
+    size_t primitive_bytes;     /* resident bytes one f32 primitive holds (start-up probe) */
+    size_t primitive_bytes_bf16; /* one bf16 primitive (more kernels: the operands' bf16 layouts) */
+    size_t held_bytes;          /* what the primitives hold together */
+    bool measured;              /* held_bytes measured by creating them (run_library_plan) */
     size_t scratchpad_bytes;    /* the largest scratchpad need (oneDNN's answer per shape) */
 } MatmulPlan;
 /* Used when no probe ran (measured on an AMD Zen 4 core: 40-64 KiB). */
 #define MATMUL_PRIMITIVE_BYTES_DEFAULT ((size_t)56 << 10)
 int matmul_plan(const MatmulShape *shapes, size_t n, MatmulPlan *out);
+/* Creates the primitives of these shapes now (the first 256 distinct ones
+ * not alive yet; a run's first step then creates nothing) and returns what
+ * the resident set grew by: what they hold, measured. */
+size_t matmul_prepare(const MatmulShape *shapes, size_t n);
+/* oneDNN's name of the implementation it picks for a shape (into buf). */
+const char *matmul_shape_impl(const MatmulShape *shape, char *buf, size_t n);
+/* The shapes of the primitives alive now (up to cap of them written);
+ * returns how many there are. Tests compare them with model_products. */
+size_t matmul_alive_shapes(MatmulShape *out, size_t cap);
 
 /* The planned scratchpad every primitive runs with (an arena entry of
  * MatmulPlan.scratchpad_bytes); NULL: none. A product that needs more uses
@@ -131,7 +143,8 @@ size_t matmul_unplanned_scratchpad_bytes(void);
  * machine's GEMM rates, then releases everything it created. Run it before
  * the process baseline is measured. */
 typedef struct {
-    size_t primitive_bytes;     /* resident growth per primitive created */
+    size_t primitive_bytes;     /* resident growth per f32 primitive created */
+    size_t primitive_bytes_bf16; /* per bf16 primitive */
     double gflops_f32, gflops_bf16; /* one core: a 256 x 512 x 512 product, best of 5 */
     int threads;                /* OpenMP threads of the run */
     long probe_primitives;

@@ -96,6 +96,9 @@ double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
                    int chunk, int N, int C, int V);
 size_t lmhead_scratch_floats(int chunk, int C, int V);
+/* Rows the products of a chunk of n counted rows run on: n rounded up to a
+ * multiple of 16, at most chunk (zero rows; see lmhead_xent.c). */
+int lmhead_product_rows(int n, int chunk);
 /* Plain logits for generation: out (N, V) = inp W^T. A BF16 weight goes
  * through linear_forward, so it needs matmul scratch for (N, C). */
 void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V);

@@ -180,9 +180,11 @@ static void set_free(ShapeSet *s) {
     memset(s, 0, sizeof *s);
 }
 
-int run_library_plan(const RunBatches *rb, int world, const ModelConfig *cfg, const ModelSpec *spec,
+int run_library_plan(const RunBatches *rb, int world, int this_rank, const ModelConfig *cfg, const ModelSpec *spec,
                      DType file_dtype, MatmulPlan *out) {
     memset(out, 0, sizeof *out);
+    size_t measured = 0;
+    bool have_measured = false;
     for (int rank = 0; rank < (world > 0 ? world : 1); rank++) {
         ShapeSet set = {0};
         int rc = 0;
@@ -191,16 +193,21 @@ int run_library_plan(const RunBatches *rb, int world, const ModelConfig *cfg, co
         if (rc == 0 && set.failed) rc = error_set("out of memory listing the run's matrix products");
         MatmulPlan p;
         if (rc == 0) rc = matmul_plan(set.list, set.n, &p);
+        /* this worker's own primitives: created now and measured */
+        if (rc == 0 && rank == this_rank) {
+            measured = matmul_prepare(set.list, set.n);
+            have_measured = true;
+        }
         set_free(&set);
         TRY(rc);
         /* every worker is planned for the most any of them holds */
-        if (p.primitives > out->primitives) {
-            out->shapes = p.shapes;
-            out->primitives = p.primitives;
-        }
-        if (p.scratchpad_bytes > out->scratchpad_bytes) out->scratchpad_bytes = p.scratchpad_bytes;
-        out->primitive_bytes = p.primitive_bytes;
+        size_t pad = out->scratchpad_bytes > p.scratchpad_bytes ? out->scratchpad_bytes : p.scratchpad_bytes;
+        if (p.held_bytes >= out->held_bytes) *out = p;
+        out->scratchpad_bytes = pad;
     }
-    out->held_bytes = out->primitives * out->primitive_bytes;
+    if (have_measured) {
+        out->held_bytes = measured;
+        out->measured = true;
+    }
     return 0;
 }

@@ -32,9 +32,11 @@ int run_batches_build(const RunShape *s, const RunInputs *in, RunBatches *rb);
 void run_batches_free(RunBatches *rb);
 /* What the run's oneDNN primitives hold: the distinct shapes of the products
  * of rb's batches for spec (model_products), per worker, and the most any
- * worker holds (primitives alive at once, their bytes, the largest
- * scratchpad need). */
-int run_library_plan(const RunBatches *rb, int world, const ModelConfig *cfg, const ModelSpec *spec,
+ * worker holds (primitives alive at once, their bytes from the start-up
+ * probe's per-primitive figures, the largest scratchpad need). With
+ * this_rank >= 0, that worker's primitives are created now (matmul_prepare)
+ * and held_bytes is what they were measured to hold. */
+int run_library_plan(const RunBatches *rb, int world, int this_rank, const ModelConfig *cfg, const ModelSpec *spec,
                      DType file_dtype, MatmulPlan *out);
 /* Distinct token ids read (set bits of ids). */
 size_t run_batches_rows_read(const RunBatches *rb);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 size_t run_baseline_now(const RunInputs *in) {
+    rss_snapshot_baseline();
     size_t rss = rss_current_bytes(), data = 0;
     if (in->train) data += dataset_bytes(in->train);
     if (in->valid) data += dataset_bytes(in->valid);
@@ -51,6 +52,10 @@ int run_threads(const RunShape *s) {
 }
 
 int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec) {
+    return run_plan_build_ex(a, in, plan, spec, -1);
+}
+
+int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec, int prepare_rank) {
     memset(plan, 0, sizeof *plan);
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
@@ -67,7 +72,7 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     RunBatches rb;
     TRY(run_batches_build(a, in, &rb));
     MatmulPlan lib;
-    int rc = run_library_plan(&rb, world, in->cfg, spec, file_dtype, &lib);
+    int rc = run_library_plan(&rb, world, prepare_rank, in->cfg, spec, file_dtype, &lib);
     plan->owned = rb.ids;
     rb.ids = NULL;
     run_batches_free(&rb);
@@ -96,8 +101,13 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     size_t pg = file_page_size();
     size_t stack = (attention_stack_bytes(in->cfg->head_dim) + pg - 1) / pg * pg;
     TRY(plan_note(plan, MEM_ATTENTION, nm, (size_t)threads * stack, false));
-    snprintf(nm, sizeof nm, "oneDNN primitives: %zu of %zu bytes each (code, descriptors)", lib.primitives,
-             lib.primitive_bytes);
+    if (lib.measured)
+        snprintf(nm, sizeof nm, "oneDNN primitives: %zu (%zu bf16), created now and measured", lib.primitives,
+                 lib.primitives_bf16);
+    else
+        snprintf(nm, sizeof nm, "oneDNN primitives: %zu f32 x %zu B, %zu bf16 x %zu B (start-up probe)",
+                 lib.primitives - lib.primitives_bf16, lib.primitive_bytes, lib.primitives_bf16,
+                 lib.primitive_bytes_bf16);
     TRY(plan_note(plan, MEM_LIBRARY, nm, lib.held_bytes, false));
     if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));

@@ -64,6 +64,11 @@ void run_model_spec(const RunShape *s, const RunInputs *in, ModelSpec *spec);
  * spec->embed_rows points into the plan: keep the plan until the model is
  * loaded. */
 int run_plan_build(const RunShape *s, const RunInputs *in, MemPlan *plan, ModelSpec *spec);
+/* The same, and with prepare_rank >= 0 the oneDNN primitives of that
+ * worker are created now (the run's first step then creates none) and the
+ * plan holds what they were measured to hold, instead of the start-up
+ * probe's per-primitive figures: the plan a run is admitted with. */
+int run_plan_build_ex(const RunShape *s, const RunInputs *in, MemPlan *plan, ModelSpec *spec, int prepare_rank);
 void run_plan_print(const RunShape *s, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out);
 /* Total of the plan for s; 0 when it cannot be built (the error is cleared). */
 size_t run_plan_total(const RunShape *s, const RunInputs *in);

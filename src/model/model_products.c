@@ -92,12 +92,13 @@ static void emit_lmhead(const Emit *e, long rows, bool grad) {
     const Dims *d = &e->m->d;
     int chunk = d->chunk;
     for (int pass = 0; pass < 2; pass++) {
-        long n = pass == 0 ? (rows >= chunk ? chunk : 0) : rows % chunk;
-        if (n <= 0) continue;
+        long counted = pass == 0 ? (rows >= chunk ? chunk : 0) : rows % chunk;
+        if (counted <= 0) continue;
+        long n = lmhead_product_rows((int)counted, chunk);
         put(e, matmul_shape_linear_forward((int)n, d->C, d->V, d->run_dtype, false), -1, PRODUCT_LMHEAD);
         if (!grad) continue;
         if (d->run_dtype == DTYPE_BF16)
-            put(e, matmul_shape_dinp_bf16_dout(2 * (size_t)d->V, (int)n, d->C, d->V, 0.0f), -1, PRODUCT_LMHEAD);
+            put(e, matmul_shape_dinp_bf16_dout((size_t)d->V, (int)n, d->C, d->V, 0.0f), -1, PRODUCT_LMHEAD);
         else
             put(e, matmul_shape_gemm((int)n, d->C, d->V, false, false, 1.0f, 0.0f), -1, PRODUCT_LMHEAD);
     }
