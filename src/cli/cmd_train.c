@@ -203,6 +203,12 @@ static int run_train(Run *r, int *exit_code) {
      * by the same walks. */
     MemPlan plan;
     ModelSpec spec;
+    /* first with the start-up probe's per-primitive figures (nothing is
+     * created for a run that is refused), then with the run's primitives
+     * created and measured */
+    if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
+    if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
+    plan_free(&plan);
     if (run_plan_build_ex(&shape, &r->d.in, &plan, &spec, rank) < 0) { plan_free(&plan); return -1; }
     if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);

@@ -29,20 +29,22 @@ static int check_batch(const Model *m, const int32_t *tokens, int B, int W, bool
 /* Input buffer of trainable block l in training mode. */
 static float *train_input(Model *m, int l) {
     int i = l - m->d.lo;
-    return m->spec.grad_checkpoint ? m->ckpt[i] : m->acts[i].x_in;
+    return block_ckpt(m, l) ? m->ckpt[i] : m->acts[i].x_in;
 }
 
 /* Embedding and every block on m->ids (B, T). Returns the final residual. */
 static float *forward_blocks(Model *m, int B, int T) {
     const Dims *d = &m->d;
     int N = B * T;
-    bool train = d->train, ckpt = m->spec.grad_checkpoint;
-    BlockActs *ws = (train && !ckpt) ? &m->acts[0] : &m->work;
+    bool train = d->train;
+    /* frozen blocks run in the recompute set when there is one, else in the
+     * lowest trainable block's saved set (overwritten when that block runs) */
+    BlockActs *ws = (train && !m->any_ckpt) ? &m->acts[0] : &m->work;
     float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
     PROF(PROF_ELEMENT, embedding_forward(x, m->ids, m->embed, m->embed_t, N, d->C));
     for (int l = 0; l < d->L; l++) {
         bool tr = train && l >= d->lo;
-        BlockActs a = (tr && !ckpt) ? m->acts[l - d->lo] : *ws;
+        BlockActs a = (tr && !block_ckpt(m, l)) ? m->acts[l - d->lo] : *ws;
         a.x_in = x;
         float *out;
         if (train && l + 1 < d->L && l + 1 >= d->lo) out = train_input(m, l + 1);
@@ -144,7 +146,7 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C));
     for (int l = d->L - 1; l >= d->lo; l--) {
         BlockActs a;
-        if (m->spec.grad_checkpoint) {
+        if (block_ckpt(m, l)) {
             a = m->work;
             a.x_in = m->ckpt[l - d->lo];
             block_forward(m, l, &a, NULL, B, T, true);

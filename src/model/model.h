@@ -27,6 +27,23 @@ enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, PROJ_COUNT
 extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "mlp.down_proj" */
 #define PROJ_ALL ((1u << PROJ_COUNT) - 1)
 
+/* A set of blocks by index (checkpointed blocks). */
+#define MODEL_MAX_BLOCKS 256
+typedef struct {
+    uint64_t w[MODEL_MAX_BLOCKS / 64];
+} BlockSet;
+static inline bool block_set_has(const BlockSet *s, int l) {
+    return l >= 0 && l < MODEL_MAX_BLOCKS && (s->w[l >> 6] >> (l & 63) & 1u);
+}
+static inline void block_set_add(BlockSet *s, int l) {
+    if (l >= 0 && l < MODEL_MAX_BLOCKS) s->w[l >> 6] |= 1ull << (l & 63);
+}
+static inline int block_set_count(const BlockSet *s) {
+    int n = 0;
+    for (int i = 0; i < MODEL_MAX_BLOCKS / 64; i++) n += __builtin_popcountll(s->w[i]);
+    return n;
+}
+
 typedef struct {
     TuneType type;          /* TUNE_NONE: inference only (eval without adapter, generate) */
     int num_layers;         /* last N blocks are trainable; -1 or 0 = all (MLX-LM) */
@@ -34,7 +51,10 @@ typedef struct {
     float lora_scale;       /* MLX-LM's scale (PEFT alpha / r) */
     float lora_dropout;
     unsigned lora_keys;     /* bitmask of 1u << PROJ_* */
-    bool grad_checkpoint;
+    bool grad_checkpoint;   /* every trainable block keeps only its input */
+    BlockSet ckpt_blocks;   /* and these blocks too (partial checkpointing): a
+                               trainable block keeps only its input and rebuilds
+                               its activations before its backward pass */
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
     DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in
@@ -51,6 +71,11 @@ typedef struct {
 
 
 typedef struct Model Model;
+
+/* Block l is checkpointed under this spec (it must also be trainable). */
+static inline bool spec_block_ckpt(const ModelSpec *s, int l) {
+    return s->grad_checkpoint || block_set_has(&s->ckpt_blocks, l);
+}
 
 /* Records every buffer of the model for this spec (no file is read). */
 int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv);

@@ -105,8 +105,9 @@ struct Model {
 
     float *rope_cos, *rope_sin;  /* (rope_T, D/2) */
     float *resid[2];          /* (N, C) ping-pong */
-    BlockActs *acts;          /* (n_train) without checkpointing */
-    float **ckpt;             /* (n_train) block inputs with checkpointing */
+    BlockActs *acts;          /* (n_train) saved activations of the blocks not checkpointed */
+    float **ckpt;             /* (n_train) inputs of the checkpointed blocks */
+    bool any_ckpt;            /* some trainable block is checkpointed: work is the recompute set */
     BlockActs work;           /* recompute set / forward workspace */
     Scratch sc;
     LoraScratch ls;
@@ -137,6 +138,9 @@ static inline unsigned block_adapted_mask(const Model *m, int l) {
     if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
     return m->spec.lora_keys & PROJ_ALL;
 }
+
+/* Trainable block l keeps only its input (spec.grad_checkpoint or spec.ckpt_blocks). */
+static inline bool block_ckpt(const Model *m, int l) { return spec_block_ckpt(&m->spec, l); }
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */

@@ -358,13 +358,33 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
         CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
         CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
-        if (d->train && !spec->grad_checkpoint) {
-            if (cv->arena) { m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts); if (!m->acts) return -1; }
-            float *shared;
-            CARVE(cv, MEM_ACTIVATIONS, "norm outputs and SwiGLU output (one block, rebuilt in backward)",
-                  N * (2 * (size_t)d->C + d->F) * 4, shared);
+        bool any_ckpt = false, any_saved = false;
+        for (int l = d->lo; l < d->L; l++) {
+            if (spec_block_ckpt(spec, l)) any_ckpt = true;
+            else any_saved = true;
+        }
+        if (d->train) {
+            /* each trainable block either saves its activations or keeps
+             * only its input (checkpointed: rebuilt in the recompute
+             * workspace before its backward pass) */
+            if (cv->arena) {
+                m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts);
+                m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt);
+                if (!m->acts || !m->ckpt) return -1;
+            }
+            m->any_ckpt = any_ckpt;
+            float *shared = NULL;
+            if (any_saved)
+                CARVE(cv, MEM_ACTIVATIONS, "norm outputs and SwiGLU output (one block, rebuilt in backward)",
+                      N * (2 * (size_t)d->C + d->F) * 4, shared);
             for (int i = 0; i < d->n_train; i++) {
                 int l = d->lo + i;
+                if (spec_block_ckpt(spec, l)) {
+                    float *tmp, **p = m->ckpt ? &m->ckpt[i] : &tmp;
+                    snprintf(nm, sizeof nm, "block %d input (checkpoint)", l);
+                    CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
+                    continue;
+                }
                 BlockActs tmp, *a = m->acts ? &m->acts[i] : &tmp;
                 snprintf(nm, sizeof nm, "block %d input", l);
                 CARVE(cv, MEM_ACTIVATIONS, nm, N * d->C * 4, a->x_in);
@@ -373,15 +393,11 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
                 TRY(carve_acts(cv, MEM_ACTIVATIONS, nm, d, a, m->blocks[l].adapted, true, d->N, d->B, true, shared));
                 a->x_in = xin;
             }
-        } else if (d->train) {
-            if (cv->arena) { m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt); if (!m->ckpt) return -1; }
-            for (int i = 0; i < d->n_train; i++) {
-                float *tmp, **p = m->ckpt ? &m->ckpt[i] : &tmp;
-                snprintf(nm, sizeof nm, "block %d input (checkpoint)", d->lo + i);
-                CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
+            if (any_ckpt) {
+                unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
+                TRY(carve_acts(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad, true, d->N,
+                               d->B, false, NULL));
             }
-            unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
-            TRY(carve_acts(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad, true, d->N, d->B, false, NULL));
         } else {
             unsigned ad = d->r ? (spec->lora_keys & PROJ_ALL) : 0;
             TRY(carve_acts(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad, false, d->N, d->B, false, NULL));
