@@ -26,7 +26,11 @@ typedef enum {
     ARG_CHOICE,     /* const char *, one of `choices` ("lora|dora|full") */
     ARG_SIZE,       /* size_t from "8GB", "7.5GiB", ..., in the spec's range */
     ARG_INT_OR_AUTO,/* int, in the spec's range, or "auto" stored as 0 */
-    ARG_STRING_LIST /* ArgStringList: repeatable, each use appends a value (YAML: a list) */
+    ARG_STRING_LIST,/* ArgStringList: repeatable, each use appends a value (YAML: a list) */
+    ARG_SWITCH_OR_VALUE /* const char *: a switch that may take a value: alone it stores `choices`
+                           (the implied value); `--flag VALUE` (a next argument that is not a
+                           flag) or `--flag=VALUE` stores VALUE; YAML: true stores the implied
+                           value, false "off", a list its items joined with commas */
 } ArgType;
 
 #define ARG_NO_MIN (-1e300)

@@ -10,18 +10,21 @@
 #include "cli/train_args.h"
 #include "dist/dist.h"
 #include "memory/run_plan.h"
+#include "memory/run_ckpt.h"
 #include <stdio.h>
 #include <string.h>
 
 /* The same run with checkpointing flipped, so both columns are known. */
 static void print_checkpoint_flip(const RunShape *shape, const RunInputs *in) {
     RunShape v = *shape;
-    v.grad_checkpoint = !shape->grad_checkpoint;
+    bool any = shape->grad_checkpoint || block_set_count(&shape->ckpt_blocks) > 0;
+    v.grad_checkpoint = !any;
+    memset(&v.ckpt_blocks, 0, sizeof v.ckpt_blocks);
     MemPlan p2;
     ModelSpec s2;
     if (run_plan_build(&v, in, &p2, &s2) == 0) {
         char b1[32], b2[32], b3[32], b4[32];
-        printf("%s --grad-checkpoint: saved activations %s, checkpointed block inputs %s, "
+        printf("%s --grad-checkpoint (every block): saved activations %s, checkpointed block inputs %s, "
                "recompute workspace %s; total %s\n",
                v.grad_checkpoint ? "With" : "Without",
                format_bytes(b1, sizeof b1, plan_class_bytes(&p2, MEM_ACTIVATIONS)),
@@ -37,6 +40,7 @@ static int plan_run(TrainArgs *a, RunData *d) {
     RunShape shape;
     TRY(train_args_run_shape(a, &d->cfg, &shape));
     TRY(run_choose_batch(&shape, &d->in, stdout));
+    TRY(run_choose_checkpoint(&shape, &d->in, stdout));
     MemPlan plan;
     ModelSpec spec;
     if (run_plan_build_ex(&shape, &d->in, &plan, &spec, 0) < 0) {

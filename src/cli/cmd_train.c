@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/run_data.h"
 #include "memory/run_plan.h"
+#include "memory/run_ckpt.h"
 #include "data/batching.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
@@ -105,7 +106,8 @@ static int write_adapter_config(const TrainArgs *a, const char *dir) {
     I("steps_per_eval", a->steps_per_eval); S("resume_adapter_file", a->resume_adapter_file);
     S("adapter_path", a->adapter_path); I("save_every", a->save_every); B("test", a->test);
     I("test_batches", a->test_batches); I("max_seq_length", a->max_seq_length); S("config", a->config);
-    B("grad_checkpoint", a->grad_checkpoint); I("grad_accumulation_steps", a->grad_accumulation_steps);
+    B("grad_checkpoint", strcmp(a->grad_checkpoint, "off") != 0);
+    I("grad_accumulation_steps", a->grad_accumulation_steps);
     I("seed", (json_int_t)a->seed);
     F("epochs", a->epochs); F("max_grad_norm", a->max_grad_norm); S("loss_normalization", a->loss_normalization);
     S("weights_dtype", a->weights_dtype); S("metrics_file", a->metrics_file);
@@ -113,6 +115,17 @@ static int write_adapter_config(const TrainArgs *a, const char *dir) {
 #undef I
 #undef F
 #undef B
+    /* ours, beside MLX-LM's boolean: which blocks when not all */
+    if (strcmp(a->grad_checkpoint, "off") && strcmp(a->grad_checkpoint, "all")) {
+        BlockSet set;
+        bool all, none, autom;
+        json_t *list = json_array();
+        if (train_args_checkpoint(a->grad_checkpoint, &set, &all, &none, &autom) == 0)
+            for (int l = 0; l < MODEL_MAX_BLOCKS; l++)
+                if (block_set_has(&set, l)) json_array_append_new(list, json_integer(l));
+        error_clear();
+        json_object_set_new(j, "grad_checkpoint_blocks", list);
+    }
     if (!strcmp(a->fine_tune_type, "full")) {
         json_object_set_new(j, "lora_parameters", json_null());
     } else {
@@ -163,6 +176,7 @@ typedef struct {
     Arena arena;
     Optimizer opt;
     bool have_opt;
+    char ckpt_text[200];    /* the checkpointed blocks chosen */
 } Run;
 
 static void run_free(Run *r) {
@@ -186,16 +200,25 @@ static int run_train(Run *r, int *exit_code) {
     const ModelConfig *cfg = &r->d.cfg;
     RunShape shape;
     TRY(train_args_run_shape(a, cfg, &shape));
-    if (a->batch_size == 0) {
+    if (a->batch_size == 0 || shape.ckpt_auto) {
         /* Every worker chooses the same; only rank 0 says so. */
         FILE *out = rank == 0 ? stdout : fopen("/dev/null", "w");
-        int rc = out ? run_choose_batch(&shape, &r->d.in, out) : error_set("cannot open /dev/null");
+        int rc = out ? 0 : error_set("cannot open /dev/null");
+        if (rc == 0 && a->batch_size == 0) rc = run_choose_batch(&shape, &r->d.in, out);
+        if (rc == 0) rc = run_choose_checkpoint(&shape, &r->d.in, out);
         if (out && out != stdout) fclose(out);
         TRY(rc);
         a->batch_size = shape.batch_size;
         a->grad_accumulation_steps = shape.grad_accumulation_steps;
-        a->grad_checkpoint = shape.grad_checkpoint;
     }
+    /* what the run checkpoints, as adapter_config.json records it */
+    ModelSpec chosen;
+    memset(&chosen, 0, sizeof chosen);
+    chosen.grad_checkpoint = shape.grad_checkpoint;
+    chosen.ckpt_blocks = shape.ckpt_blocks;
+    run_ckpt_text(&chosen, r->ckpt_text, sizeof r->ckpt_text);
+    a->grad_checkpoint = !strcmp(r->ckpt_text, "on") ? "all" : !strncmp(r->ckpt_text, "blocks ", 7) ? r->ckpt_text + 7
+                                                                                                  : "off";
 
     /* The plan of every buffer (model walk, optimizer moments, data, library,
      * baseline); a run over --memory-limit is refused here, before any

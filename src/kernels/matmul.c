@@ -93,6 +93,19 @@ void matmul_set_scratchpad(void *pad, size_t bytes) {
     pthread_mutex_unlock(&mm_lock);
 }
 
+void matmul_forget(const void *scratch, const void *pad) {
+    pthread_mutex_lock(&mm_lock);
+    if (scratch && mm_bf16_scratch == scratch) {
+        mm_bf16_scratch = NULL;
+        mm_bf16_scratch_bytes = 0;
+    }
+    if (pad && mm_pad == pad) {
+        mm_pad = NULL;
+        mm_pad_bytes = 0;
+    }
+    pthread_mutex_unlock(&mm_lock);
+}
+
 size_t matmul_scratch_bytes(size_t max_rows, size_t max_cols) {
     return max_rows * max_cols * sizeof(uint16_t);
 }

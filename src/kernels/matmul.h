@@ -136,6 +136,9 @@ size_t matmul_alive_shapes(MatmulShape *out, size_t cap);
  * a buffer of matmul.c's own, which matmul_unplanned_scratchpad_bytes
  * reports (0 in a planned run). */
 void matmul_set_scratchpad(void *pad, size_t bytes);
+/* The owner of these buffers (matmul_set_scratch's, matmul_set_scratchpad's)
+ * is going away: whichever is still set is unset. */
+void matmul_forget(const void *scratch, const void *pad);
 size_t matmul_unplanned_scratchpad_bytes(void);
 
 /* The start-up probe (once per process, tens of milliseconds): warms up

@@ -8,6 +8,7 @@
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include "memory/run_batches.h"
+#include "memory/run_ckpt.h"
 #include "kernels/ops.h"
 #include "base/fileio.h"
 #ifdef _OPENMP
@@ -37,9 +38,21 @@ void run_model_spec(const RunShape *a, const RunInputs *in, ModelSpec *spec) {
     int rows = a->batch_size / world > 0 ? a->batch_size / world : 1;
     *spec = a->spec;
     spec->grad_checkpoint = a->grad_checkpoint;
+    spec->ckpt_blocks = a->ckpt_blocks;
     spec->max_rows = rows;
     spec->max_tokens = run_max_width(a, in) - 1;
     spec->training = true;
+}
+
+int run_file_dtype(const RunShape *a, const RunInputs *in, DType *out) {
+    /* the dtype the matrices really have in the file (config.json's
+     * torch_dtype may say otherwise): read from the safetensors header */
+    StModel st;
+    TRY(st_model_open(&st, a->model_dir, true));
+    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
+    *out = emb ? emb->dtype : in->cfg->torch_dtype;
+    st_model_close(&st);
+    return 0;
 }
 
 int run_threads(const RunShape *s) {
@@ -60,13 +73,8 @@ int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, Mod
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
-    /* Plan for the dtype the matrices really have in the file (config.json's
-     * torch_dtype may say otherwise): read from the safetensors header. */
-    StModel st;
-    TRY(st_model_open(&st, a->model_dir, true));
-    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
-    DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
-    st_model_close(&st);
+    DType file_dtype;
+    TRY(run_file_dtype(a, in, &file_dtype));
     /* The batches the run reads: the embedding rows of their tokens, and the
      * matrix products (oneDNN primitives) they create. */
     RunBatches rb;
@@ -119,10 +127,12 @@ static const char *tune_name(TuneType t) { return t == TUNE_LORA ? "LoRA" : t ==
 
 void run_plan_print(const RunShape *a, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out) {
     char b[32];
+    char ck[160];
+    run_ckpt_text(spec, ck, sizeof ck);
     fprintf(out, "Memory plan: %s, %s fine-tuning of %s blocks, micro-batch %d x %d tokens, grad checkpoint %s, "
             "accumulation %d\n", a->model_dir, tune_name(spec->type),
             spec->num_layers <= 0 ? "all" : (snprintf(b, sizeof b, "the last %d", spec->num_layers), b),
-            spec->max_rows, spec->max_tokens, spec->grad_checkpoint ? "on" : "off", a->grad_accumulation_steps);
+            spec->max_rows, spec->max_tokens, ck, a->grad_accumulation_steps);
     fprintf(out, "  %-44s %16s %12s\n", "buffer class", "bytes", "");
     for (int c = 0; c < MEM_CLASS_COUNT; c++) {
         size_t bytes = plan_class_bytes(plan, (MemClass)c);
@@ -214,31 +224,50 @@ int run_choose_batch(RunShape *a, const RunInputs *in, FILE *out) {
     if (a->batch_size != 0) return 0;
     int effective = a->effective_batch_size > 0 ? a->effective_batch_size : 4 * a->grad_accumulation_steps;
     if (!a->memory_limit) return error_set("--batch-size auto needs --memory-limit");
-    RunShape v = *a;
+    char b1[32], b2[32];
+    /* 1. the largest micro-batch that fits with the checkpointing asked for
+     * (none with auto), 2. else, from the largest, the fewest checkpointed
+     * blocks that make one fit */
     for (int pass = 0; pass < 2; pass++) {
-        v.grad_checkpoint = a->grad_checkpoint || pass == 1;
         for (int b = effective; b >= 1; b--) {
-            if (effective % b) continue;
-            if (in->train->n < (size_t)b) continue;
+            if (effective % b || in->train->n < (size_t)b) continue;
+            RunShape v = *a;
             v.batch_size = b;
             v.grad_accumulation_steps = effective / b;
-            size_t t = run_plan_total(&v, in);
-            if (t && t <= a->memory_limit) {
-                char b1[32], b2[32];
-                fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d%s; planned %s of the %s limit\n",
-                        b, v.grad_accumulation_steps, effective, v.grad_checkpoint && !a->grad_checkpoint ? ", with --grad-checkpoint (no micro-batch fits without it)" : "",
-                        format_bytes(b1, sizeof b1, t), format_bytes(b2, sizeof b2, a->memory_limit));
-                a->batch_size = b;
-                a->grad_accumulation_steps = v.grad_accumulation_steps;
-                a->grad_checkpoint = v.grad_checkpoint;
+            if (pass == 0) {
+                v.ckpt_auto = false;
+                size_t t = run_plan_total(&v, in);
+                if (!t || t > a->memory_limit) continue;
+                fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d; planned %s "
+                        "of the %s limit\n", b, v.grad_accumulation_steps, effective, format_bytes(b1, sizeof b1, t),
+                        format_bytes(b2, sizeof b2, a->memory_limit));
+                *a = v;
                 return 0;
             }
+            RunCkptChoice ch;
+            if (run_ckpt_choose(&v, in, &ch) < 0) {
+                error_clear();
+                continue;
+            }
+            if (ch.count <= 0) continue;
+            fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d, with %d "
+                    "checkpointed blocks (no micro-batch fits without); planned %s of the %s limit\n", b,
+                    v.grad_accumulation_steps, effective, ch.count, format_bytes(b1, sizeof b1, ch.total_after),
+                    format_bytes(b2, sizeof b2, a->memory_limit));
+            run_ckpt_print(&ch, &v, out);
+            v.grad_checkpoint = false;
+            v.ckpt_auto = false;
+            v.ckpt_blocks = ch.set;
+            *a = v;
+            return 0;
         }
     }
     a->batch_size = 1;
     a->grad_accumulation_steps = effective;
     a->grad_checkpoint = true;
-    MemPlan p; ModelSpec s;
+    a->ckpt_auto = false;
+    MemPlan p;
+    ModelSpec s;
     TRY(run_plan_build(a, in, &p, &s));
     int rc = run_check_limit(a, in, &p);
     plan_free(&p);

@@ -30,7 +30,9 @@ typedef struct {
     int batch_size;             /* global rows of a micro-batch; 0: auto */
     int grad_accumulation_steps;
     int max_seq_length;
-    bool grad_checkpoint;
+    bool grad_checkpoint;       /* every trainable block */
+    BlockSet ckpt_blocks;       /* these blocks (--grad-checkpoint 3,5-7) */
+    bool ckpt_auto;             /* --grad-checkpoint auto: run_choose_checkpoint picks them */
     bool test;                  /* the test split is evaluated too */
     OptimizerConfig optimizer;
     size_t memory_limit;        /* 0: none */
@@ -52,6 +54,8 @@ typedef struct {
     size_t baseline;                        /* process bytes outside the plan's other entries */
 } RunInputs;
 
+/* The dtype of the matrices in the model's files (safetensors header). */
+int run_file_dtype(const RunShape *a, const RunInputs *in, DType *out);
 /* The run's OpenMP threads. */
 int run_threads(const RunShape *s);
 /* Measures the process baseline now: resident bytes minus the data sets'. */

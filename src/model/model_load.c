@@ -29,6 +29,7 @@ void model_zero_grad(Model *m) {
 
 void model_free(Model *m) {
     if (!m) return;
+    matmul_forget(m->mm_scratch, m->mm_pad);   /* they live in the arena, which goes with the model */
     if (m->st_open) st_model_close(&m->st);
     mem_free(m->blocks);
     mem_free(m->trainables);
