@@ -11,6 +11,7 @@
 #include "dist/dist.h"
 #include "memory/run_plan.h"
 #include "memory/run_ckpt.h"
+#include "memory/run_fastest.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -52,6 +53,17 @@ static int plan_run(TrainArgs *a, RunData *d) {
     int rc = run_check_limit(&shape, &d->in, &plan);
     if (rc == 0 && shape.memory_limit) printf("Fits the --memory-limit.\n");
     plan_free(&plan);
+    if (shape.memory_limit) {
+        /* the user's real question: the fastest way to train this within the limit */
+        int keep = rc;
+        char msg[4096];
+        if (rc < 0) snprintf(msg, sizeof msg, "%s", error_message());
+        RunFastest f;
+        if (run_fastest(&shape, &d->in, &f) == 0) run_fastest_print(&f, &shape, stdout);
+        else fprintf(stderr, "lmtune: warning: %s\n", error_message());
+        if (keep < 0) error_set("%s", msg);
+        rc = keep;
+    }
     return rc;
 }
 

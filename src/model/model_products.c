@@ -87,20 +87,23 @@ static void emit_block_backward(const Emit *e, int l, int N) {
     emit_proj_backward(e, l, PROJ_V, N, need_dx, false);
 }
 
-/* lmhead_xent over `rows` counted positions in chunks. */
+/* lmhead_xent over `rows` counted positions: rows / chunk full chunks and
+ * the remainder (padded to lmhead_product_rows), each product once per
+ * chunk (sinks that sum FLOPs see every one). */
 static void emit_lmhead(const Emit *e, long rows, bool grad) {
     const Dims *d = &e->m->d;
     int chunk = d->chunk;
-    for (int pass = 0; pass < 2; pass++) {
-        long counted = pass == 0 ? (rows >= chunk ? chunk : 0) : rows % chunk;
+    long full = rows / chunk, rest = rows % chunk;
+    for (long c = 0; c <= full; c++) {
+        long counted = c < full ? chunk : rest;
         if (counted <= 0) continue;
-        long n = lmhead_product_rows((int)counted, chunk);
-        put(e, matmul_shape_linear_forward((int)n, d->C, d->V, d->run_dtype, false), -1, PRODUCT_LMHEAD);
+        int n = lmhead_product_rows((int)counted, chunk);
+        put(e, matmul_shape_linear_forward(n, d->C, d->V, d->run_dtype, false), -1, PRODUCT_LMHEAD);
         if (!grad) continue;
         if (d->run_dtype == DTYPE_BF16)
-            put(e, matmul_shape_dinp_bf16_dout((size_t)d->V, (int)n, d->C, d->V, 0.0f), -1, PRODUCT_LMHEAD);
+            put(e, matmul_shape_dinp_bf16_dout((size_t)d->V, n, d->C, d->V, 0.0f), -1, PRODUCT_LMHEAD);
         else
-            put(e, matmul_shape_gemm((int)n, d->C, d->V, false, false, 1.0f, 0.0f), -1, PRODUCT_LMHEAD);
+            put(e, matmul_shape_gemm(n, d->C, d->V, false, false, 1.0f, 0.0f), -1, PRODUCT_LMHEAD);
     }
 }
 
