@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static char dir[128];
 static const char *bin;
@@ -157,15 +159,31 @@ int main(void) {
     CHECK(rc == 0);
     CHECK(strstr(out, "micro-batch 2 x 4 accumulation steps = effective batch 8") != NULL);
 
-    /* 3. Admitted under a limit: the measured peak stays under it. */
-    limit = plan_b[4] + plan_b[4] / 50;
-    rc = run(out, sizeof out, "%s train --model %s/tiny --data %s/data --num-layers -1 --batch-size 4 --iters 4 "
-             "--steps-per-report 1 --val-batches 1 --adapter-path %s/ad2 --memory-limit %zu", bin, dir, dir, dir, limit);
-    CHECK(rc == 0);
-    const char *pm = strstr(out, "Peak mem ");
-    double peak = pm ? strtod(pm + 9, NULL) * 1e9 : 0;
-    printf("admitted with a limit of %zu bytes: measured peak %.0f bytes (plan %zu)\n", limit, peak, plan_b[4]);
-    CHECK(peak > 0 && peak <= (double)limit);
+    /* 3. Admitted under a limit: the measured peak stays under it. The
+     * limit is the plan of the same run plus the 3% the plan may be off by
+     * (issue 20's bar: tests/memory/test_plan_exact.c); the peak is the
+     * process's (wait4), not the log's rounded figure. */
+    const char *flags = "--num-layers -1 --batch-size 4 --iters 4 --steps-per-report 1 --val-batches 1";
+    CHECK(run(out, sizeof out, "%s plan --model %s/tiny --data %s/data %s", bin, dir, dir, flags) == 0);
+    size_t same = planned_total(out);
+    CHECK(same > 0);
+    limit = same + same * 3 / 100;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "exec %s train --model %s/tiny --data %s/data %s --adapter-path %s/ad2 --memory-limit %zu "
+             ">/dev/null 2>&1", bin, dir, dir, flags, dir, limit);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    CHECK(pid > 0 && wait4(pid, &status, 0, &ru) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    size_t peak = (size_t)ru.ru_maxrss * 1024;
+    printf("admitted with a limit of %zu bytes: measured peak %zu bytes (plan %zu)\n", limit, peak, same);
+    CHECK(peak > 0 && peak <= limit);
 
     snprintf(out, sizeof out, "rm -rf %s", dir);
     if (system(out) != 0) return 1;
