@@ -70,6 +70,10 @@ static int plan_run(TrainArgs *a, RunData *d) {
 int cmd_plan(int argc, char **argv) {
     TrainArgs a;
     train_args_default(&a);
+    /* under mpirun the plan is made inside a worker: its baseline holds the
+     * MPI runtime, as the training run's own plan does */
+    if (dist_init(&argc, &argv) < 0) die_with_error();
+    if (dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) die("cannot silence the other workers' output");
     if (plan_args_parse(&a, argc, argv) < 0) {
         args_release();
         die_with_error();
@@ -85,7 +89,11 @@ int cmd_plan(int argc, char **argv) {
         rc = 1;
         fprintf(stderr, "lmtune: error: %s\n", error_message());
     }
+    if (rc == 0 && world > 1 && dist_world() == 1)
+        printf("Planned for one of %d workers outside an MPI job: the MPI runtime's own memory is measured only "
+               "inside one (mpirun -np %d lmtune plan ...), as the training run's own plan is.\n", world, world);
     run_data_free(&d);
     args_release();
+    dist_finalize();
     return rc;
 }

@@ -1,6 +1,7 @@
 /* run_plan.c: the plan of a training run, its limit check with levers, and
  * --batch-size auto (see run_plan.h). */
 #include "memory/run_plan.h"
+#include "dist/dist.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/sys.h"
@@ -117,8 +118,13 @@ int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, Mod
                  lib.primitives - lib.primitives_bf16, lib.primitive_bytes, lib.primitives_bf16,
                  lib.primitive_bytes_bf16);
     TRY(plan_note(plan, MEM_LIBRARY, nm, lib.held_bytes, false));
-    if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
-        TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
+    if (world > 1) {
+        /* the MPI library's working buffer of one all-reduce call: at most
+         * one chunk of the gradient block (dist/dist.h) */
+        size_t grads = plan_class_bytes(plan, MEM_GRADIENTS), chunk = DIST_ALLREDUCE_CHUNK * sizeof(float);
+        TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce working buffer (one chunk)", grads < chunk ? grads : chunk,
+                      false));
+    }
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
     return 0;
 }
