@@ -17,6 +17,7 @@
 #include "data/batching.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
+#include "memory/infer_plan.h"
 #include "model/adapter_io.h"
 #include "tokenizer/tokenizer.h"
 #include "train/sources.h"
@@ -26,7 +27,8 @@ typedef struct {
     const char *model, *adapter_path, *data, *chat_template;
     int test_batches, max_seq_length, batch_size, threads;
     uint64_t seed;
-    bool mask_prompt;
+    size_t memory_limit;
+    bool mask_prompt, plan;
     ArgResult parsed;
 } EvalArgs;
 
@@ -42,6 +44,10 @@ static const ArgSpec EVAL_SPECS[] = {
     {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the test subset", NULL, ARG_UNBOUNDED},
     {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL, ARG_AT_LEAST(0, "a non-negative integer")},
     {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_UNBOUNDED},
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE",
+     "refuse, before loading any weight, an evaluation whose plan exceeds SIZE (8GB, 7.5GiB)", NULL, ARG_UNBOUNDED},
+    {"plan", 0, ARG_BOOL, OFF(plan), NULL, "print the memory plan (every buffer) and stop before loading weights", NULL,
+     ARG_UNBOUNDED},
 };
 static const ArgTable EVAL_TABLE = {
     "eval", "eval --model DIR --data DIR [--adapter-path DIR] [flags]",
@@ -73,8 +79,15 @@ static int run_eval(EvalArgs *a) {
     }
     if (dataset_load_split(&test, a->data, "test", tok, &dopt, &present) < 0) goto out;
     have_test = true;
-    int width = batch_max_width(&test, a->batch_size, a->max_seq_length);
-    if (model_open_inference(&m, &arena, a->model, a->adapter_path, a->batch_size, width - 1, 0) < 0) goto out;
+    /* planned before any weight is loaded (memory/infer_plan.h) */
+    InferRequest req = {INFER_EVAL, a->model, a->adapter_path, &test, a->batch_size, a->max_seq_length,
+                        a->test_batches, a->seed, 0, 0, dist_world(), a->threads, infer_baseline_now(&test),
+                        a->memory_limit};
+    if (a->plan) {
+        rc = infer_print_plan(&req, true, stdout);
+        goto out;
+    }
+    if (infer_open(&req, &m, &arena, NULL) < 0) goto out;
     if (data_source_init(&src, NULL, NULL, &test, a->batch_size, a->max_seq_length, dist_rank(), dist_world(), a->seed) < 0) goto out;
     have_src = true;
     Trainee tr = model_trainee(m);

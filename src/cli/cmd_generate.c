@@ -16,6 +16,7 @@
 #include "base/sys.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "memory/infer_plan.h"
 #include "model/adapter_io.h"
 #include "model/sampler.h"
 #include "template/chat_template.h"
@@ -26,7 +27,8 @@ typedef struct {
     int max_tokens;
     double temp, top_p, min_p;
     uint64_t seed;
-    bool ignore_chat_template, quiet;
+    bool ignore_chat_template, quiet, plan;
+    size_t memory_limit;
     ArgResult parsed;
 } GenerateArgs;
 
@@ -44,6 +46,11 @@ static const ArgSpec GENERATE_SPECS[] = {
     {"ignore-chat-template", 0, ARG_BOOL, OFF(ignore_chat_template), NULL, "feed the prompt as raw text", NULL, ARG_UNBOUNDED},
     {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "use this Jinja template instead of the model's", NULL, ARG_UNBOUNDED},
     {"quiet", 0, ARG_BOOL, OFF(quiet), NULL, "print only the generated text", NULL, ARG_UNBOUNDED},
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE",
+     "refuse, before loading any weight, a generation whose plan (KV cache included) exceeds SIZE", NULL,
+     ARG_UNBOUNDED},
+    {"plan", 0, ARG_BOOL, OFF(plan), NULL, "print the memory plan (every buffer) and stop before loading weights", NULL,
+     ARG_UNBOUNDED},
 };
 #undef OFF
 static const ArgTable GENERATE_TABLE = {
@@ -120,8 +127,22 @@ int cmd_generate(int argc, char **argv) {
     if (n_ids + (size_t)max_tokens > (size_t)INT_MAX)
         die("generate: the prompt (%zu tokens) plus --max-tokens %ld exceeds %d positions", n_ids, max_tokens, INT_MAX);
 
-    Model *model; Arena arena;
-    if (model_open_inference(&model, &arena, model_dir, a.adapter_path, 1, (int)n_ids, (int)(n_ids + max_tokens)) < 0) die_with_error();
+    /* planned before any weight is loaded: the prompt, the KV cache of
+     * prompt + max-tokens positions, the decode products (memory/infer_plan.h) */
+    Model *model;
+    Arena arena;
+    InferRequest req = {INFER_GENERATE, model_dir, a.adapter_path, NULL, 0, 0, 0, 0, (int)n_ids, max_tokens, 1, 0,
+                        infer_baseline_now(NULL), a.memory_limit};
+    if (a.plan) {
+        int prc = infer_print_plan(&req, true, stdout);
+        mem_free(ids);
+        mem_free(text);
+        mem_free(prompt_owned);
+        tokenizer_free(tok);
+        if (prc < 0) die_with_error();
+        return 0;
+    }
+    if (infer_open(&req, &model, &arena, NULL) < 0) die_with_error();
     const ModelConfig *cfg = model_config(model);
     int V = cfg->vocab_size;
     float *logits = mem_alloc((size_t)V * sizeof(float));

@@ -8,6 +8,7 @@
 #define LT_PLAN_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include "base/arena.h"
 
 typedef enum {
@@ -48,6 +49,11 @@ size_t plan_total(const MemPlan *p);
 size_t plan_arena_bytes(const MemPlan *p);
 size_t plan_class_bytes(const MemPlan *p, MemClass c);
 void plan_free(MemPlan *p);
+/* The table of classes (every entry with verbose), the arena and the total. */
+void plan_print_table(const MemPlan *p, bool verbose, FILE *out);
+/* "the run needs X but --memory-limit is Y; largest parts: A a, B b, C c"
+ * into msg; returns its length. */
+size_t plan_limit_text(const MemPlan *p, size_t limit, char *msg, size_t cap);
 
 /* Planning mode: arena == NULL, every carve records an entry and yields NULL.
  * Allocation mode: plan may be NULL; carve takes the block from the arena. */

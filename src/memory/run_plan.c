@@ -139,18 +139,7 @@ void run_plan_print(const RunShape *a, const ModelSpec *spec, const MemPlan *pla
             "accumulation %d\n", a->model_dir, tune_name(spec->type),
             spec->num_layers <= 0 ? "all" : (snprintf(b, sizeof b, "the last %d", spec->num_layers), b),
             spec->max_rows, spec->max_tokens, ck, a->grad_accumulation_steps);
-    fprintf(out, "  %-44s %16s %12s\n", "buffer class", "bytes", "");
-    for (int c = 0; c < MEM_CLASS_COUNT; c++) {
-        size_t bytes = plan_class_bytes(plan, (MemClass)c);
-        if (!bytes && c != MEM_CHECKPOINTS && c != MEM_RECOMPUTE) continue;
-        fprintf(out, "  %-44s %16zu %12s\n", mem_class_name((MemClass)c), bytes, format_bytes(b, sizeof b, bytes));
-        if (verbose)
-            for (size_t i = 0; i < plan->n; i++)
-                if (plan->entries[i].cls == (MemClass)c)
-                    fprintf(out, "      %-58s %14zu%s\n", plan->entries[i].name, plan->entries[i].bytes, plan->entries[i].in_arena ? "" : "  (outside the arena)");
-    }
-    fprintf(out, "  %-44s %16zu %12s\n", "arena (allocated once, touched once)", plan_arena_bytes(plan), format_bytes(b, sizeof b, plan_arena_bytes(plan)));
-    fprintf(out, "Planned peak: %zu bytes (%s)\n", plan_total(plan), format_bytes(b, sizeof b, plan_total(plan)));
+    plan_print_table(plan, verbose, out);
 }
 
 /* Total of the plan for a variant of the arguments; 0 when it cannot be built. */

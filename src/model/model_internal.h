@@ -108,6 +108,7 @@ struct Model {
     BlockActs *acts;          /* (n_train) saved activations of the blocks not checkpointed */
     float **ckpt;             /* (n_train) inputs of the checkpointed blocks */
     bool any_ckpt;            /* some trainable block is checkpointed: work is the recompute set */
+    uint64_t *embed_rows;     /* the model's copy of spec.embed_rows (heap), or NULL */
     BlockActs work;           /* recompute set / forward workspace */
     Scratch sc;
     LoraScratch ls;

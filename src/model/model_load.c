@@ -32,6 +32,7 @@ void model_free(Model *m) {
     matmul_forget(m->mm_scratch, m->mm_pad);   /* they live in the arena, which goes with the model */
     if (m->st_open) st_model_close(&m->st);
     mem_free(m->blocks);
+    mem_free(m->embed_rows);
     mem_free(m->trainables);
     mem_free(m->acts);
     mem_free(m->ckpt);
@@ -144,6 +145,7 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (!m) return -1;
     m->spec = *spec;
     m->arena = arena;
+
     char *cfg_path = path_join(model_dir, "config.json");
     if (!cfg_path) goto fail;
     int rc = hf_config_load(&m->cfg, cfg_path);
@@ -154,6 +156,14 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     const StTensor *e = st_model_find(&m->st, "model.embed_tokens.weight");
     if (!e) { error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); goto fail; }
     if (dims_init(&m->d, &m->cfg, spec, e->dtype) < 0) goto fail;
+    if (spec->embed_rows) {
+        /* the model keeps its own copy: the caller's (a plan's) may go first */
+        size_t words = ((size_t)m->d.V + 63) / 64;
+        m->embed_rows = mem_alloc(words * sizeof *m->embed_rows);
+        if (!m->embed_rows) goto fail;
+        memcpy(m->embed_rows, spec->embed_rows, words * sizeof *m->embed_rows);
+        m->spec.embed_rows = m->embed_rows;
+    }
     m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
     if (!m->blocks) goto fail;
     /* every tensor checked before a byte of the arena is used */
