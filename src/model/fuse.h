@@ -27,6 +27,10 @@ int adapter_config_load(AdapterConfig *ac, const char *adapter_dir);
  * most max_shard_bytes (5 GB by default) with model.safetensors.index.json when
  * there is more than one, and the tokenizer files copied. */
 int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes);
+/* The memory fuse_model holds at its peak (headers and the adapter only
+ * are read): the merged tensors' fp32 buffers, the base files and the
+ * adapter file, all resident through their mappings by the last shard. */
+int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan);
 /* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json. */
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir);
 /* GGUF LoRA adapter (general.type adapter, blk.N.attn_q.weight.lora_a ...). */

@@ -30,10 +30,10 @@ static int sh(const char *fmt, ...) {
     return system(cmd);
 }
 
-/* The planned total printed by `lmtune plan ARGS`. */
-static size_t planned(const char *args) {
+/* The planned total printed by `lmtune CMD ARGS` (plan, or eval/generate --plan). */
+static size_t planned_by(const char *command, const char *args) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s plan %s 2>/dev/null", bin, args);
+    snprintf(cmd, sizeof cmd, "%s %s %s 2>/dev/null", bin, command, args);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[512];
@@ -44,11 +44,12 @@ static size_t planned(const char *args) {
     return total;
 }
 
-/* Peak RSS of `lmtune train ARGS` (a child of its own, so ru_maxrss is its). */
-static size_t measured(const char *args) {
+static size_t planned(const char *args) { return planned_by("plan", args); }
+
+/* Peak RSS of `lmtune CMD ARGS` (a child of its own, so ru_maxrss is its). */
+static size_t measured_cmd(const char *command, const char *args) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "exec %s train %s --steps-per-report 1 --steps-per-eval 1000000 --save-every 1000000 "
-             "--adapter-path %s/ad >/dev/null 2>&1", bin, args, dir);
+    snprintf(cmd, sizeof cmd, "exec %s %s %s >/dev/null 2>&1", bin, command, args);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -61,6 +62,13 @@ static size_t measured(const char *args) {
     return (size_t)ru.ru_maxrss * 1024;
 }
 
+static size_t measured(const char *args) {
+    char a[2048];
+    snprintf(a, sizeof a, "%s --steps-per-report 1 --steps-per-eval 1000000 --save-every 1000000 --adapter-path %s/ad",
+             args, dir);
+    return measured_cmd("train", a);
+}
+
 static void write_config(const char *path, int hidden, int inter, int layers, int heads, int kv, int vocab, bool tied) {
     FILE *f = fopen(path, "w");
     fprintf(f, "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d, "
@@ -71,13 +79,21 @@ static void write_config(const char *path, int hidden, int inter, int layers, in
     fclose(f);
 }
 
-static void compare(const char *what, const char *args) {
-    size_t p = planned(args), m = measured(args);
+static void report(const char *what, size_t p, size_t m) {
     CHECK_MSG(p > 0 && m > 0, "%s: plan %zu, measured %zu (a command failed)", what, p, m);
     if (!p || !m) return;
     double diff = ((double)p - (double)m) / (double)m * 100;
     printf("%-58s plan %10zu  measured %10zu  %+.2f%%\n", what, p, m, diff);
     CHECK_MSG(diff <= 3.0 && diff >= -3.0, "%s: plan %zu is %+.2f%% of the measured peak %zu", what, p, diff, m);
+}
+
+static void compare(const char *what, const char *args) { report(what, planned(args), measured(args)); }
+
+/* eval and generate: --plan's total against the command's peak */
+static void compare_infer(const char *what, const char *command, const char *args) {
+    char with[2048];
+    snprintf(with, sizeof with, "%s --plan", args);
+    report(what, planned_by(command, with), measured_cmd(command, args));
 }
 
 int main(void) {
@@ -116,6 +132,36 @@ int main(void) {
     snprintf(args, sizeof args, "--model %s/untied --data %s/data --num-layers -1 --batch-size 4 --iters 3 "
              "--max-seq-length 40", dir, dir);
     compare("rows cut at 40 tokens", args);
+
+    /* every command has a plan: eval (only the test set's embedding rows),
+     * generate (the KV cache), fuse (the merged tensors and the files) */
+    CHECK(sh("cp %s/data/valid.jsonl %s/data/test.jsonl", dir, dir) == 0);
+    snprintf(args, sizeof args, "--model %s/untied --data %s/data --batch-size 4 --test-batches -1", dir, dir);
+    compare_infer("eval, batch 4", "eval", args);
+    /* a vocabulary the tokenizer covers, so every generated id decodes */
+    snprintf(path, sizeof path, "%s/gen.json", dir);
+    write_config(path, 96, 256, 3, 3, 1, 259, false);
+    CHECK(sh("%s init --config %s --out %s/gen16 --dtype bf16 >/dev/null", bin, path, dir) == 0);
+    snprintf(args, sizeof args, "--model %s/gen16 --prompt 'the memory plan of' --max-tokens 300 "
+             "--ignore-chat-template --quiet", dir);
+    compare_infer("generate 300 tokens, bf16 file", "generate", args);
+    snprintf(args, sizeof args, "--model %s/untied --data %s/data --num-layers -1 --batch-size 4 --iters 1 "
+             "--steps-per-report 1 --adapter-path %s/fuse_ad", dir, dir, dir);
+    CHECK(sh("%s train %s >/dev/null 2>&1", bin, args) == 0);
+    char out[4096];
+    snprintf(args, sizeof args, "%s fuse --model %s/untied --adapter-path %s/fuse_ad --save-path %s/fused "
+             "--memory-limit 1B 2>&1", bin, dir, dir, dir);
+    FILE *p = popen(args, "r");
+    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    if (p) pclose(p);
+    const char *needs = strstr(out, "the run needs ");
+    double mb = needs ? strtod(needs + 14, NULL) : 0;
+    snprintf(args, sizeof args, "--model %s/untied --adapter-path %s/fuse_ad --save-path %s/fused2 --memory-limit 10GB",
+             dir, dir, dir);
+    size_t m = measured_cmd("fuse", args);
+    /* the refusal prints MB with 2 decimals */
+    report("fuse (the refusal's total, to 10 kB)", (size_t)(mb * 1e6), m);
     CHECK(sh("rm -rf %s", dir) == 0);
     return check_finish("memory/plan_exact");
 }

@@ -8,7 +8,9 @@
  *  - `plan` prints the same total as the refusal's arithmetic;
  *  - --batch-size auto picks the largest micro-batch whose plan fits, keeping
  *    the effective batch, for limits placed between the plans of B=2 and B=4;
- *  - a run admitted under a limit stays under it (measured peak).
+ *  - a run admitted under a limit stays under it (measured peak);
+ *  - eval and generate are planned and refused the same way, with their
+ *    levers (--batch-size, --max-tokens), and eval --plan prints the plan.
  * A second, tiny model makes the auto and measured checks quick. */
 #include "base/error.h"
 #include "base/fileio.h"
@@ -141,6 +143,30 @@ int main(void) {
     CHECK(strstr(out, "Starting training") == NULL);
     snprintf(path, sizeof path, "%s/ad/adapters.safetensors", dir);
     CHECK(!file_exists(path));
+
+    /* eval and generate plan too, and are refused the same way, with their levers */
+    {
+        char cp[400];
+        snprintf(cp, sizeof cp, "cp %s/data/train.jsonl %s/data/test.jsonl", dir, dir);
+        CHECK(system(cp) == 0);
+    }
+    t0 = time_now();
+    rc = run(out, sizeof out, "%s eval --model %s/big --data %s/data --batch-size 4 --memory-limit 16GB", bin, dir, dir);
+    double t_eval = time_now() - t0;
+    printf("eval refused in %.2f s with exit %d:\n%s\n", t_eval, rc, out);
+    CHECK(rc == 1 && t_eval < 5);
+    CHECK(strstr(out, "--memory-limit is 16.000 GB") != NULL && strstr(out, "frozen weights") != NULL);
+    CHECK(strstr(out, "--batch-size 2") != NULL && strstr(out, "Test loss") == NULL);
+    t0 = time_now();
+    rc = run(out, sizeof out, "%s generate --model %s/big --prompt hello --max-tokens 100000 --ignore-chat-template "
+             "--memory-limit 16GB", bin, dir);
+    double t_gen = time_now() - t0;
+    printf("generate refused in %.2f s with exit %d:\n%s\n", t_gen, rc, out);
+    CHECK(rc == 1 && t_gen < 5);
+    CHECK(strstr(out, "KV cache") != NULL || strstr(out, "frozen weights") != NULL);
+    CHECK(strstr(out, "--max-tokens 50000") != NULL);
+    rc = run(out, sizeof out, "%s eval --model %s/big --data %s/data --batch-size 4 --plan", bin, dir, dir);
+    CHECK(rc == 0 && planned_total(out) > 100000000000ull && strstr(out, "Test loss") == NULL);
 
     /* 2. --batch-size auto on the tiny model: limits between the plans. */
     CHECK(run(out, sizeof out, "%s init --preset tiny --out %s/tiny >/dev/null", bin, dir) == 0);
