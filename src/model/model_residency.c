@@ -110,8 +110,10 @@ static ByteRange *gather(const Ranges *groups, size_t nf, int g, size_t f, size_
     if (!all) return NULL;
     *n = 0;
     for (int k = 0; k <= g; k++) {
-        memcpy(all + *n, groups[k * nf + f].r, groups[k * nf + f].n * sizeof *all);
-        *n += groups[k * nf + f].n;
+        const Ranges *rs = &groups[k * nf + f];
+        if (!rs->n) continue;
+        memcpy(all + *n, rs->r, rs->n * sizeof *all);
+        *n += rs->n;
     }
     return all;
 }
