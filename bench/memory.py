@@ -61,7 +61,8 @@ def lora_yaml(keys, rank=8, ft="lora", dropout=0.0):
     with open(path, "w") as f:
         f.write(f"fine_tune_type: {ft}\n")
         if ft != "full":
-            f.write(f"lora_parameters:\n  rank: {rank}\n  scale: 20.0\n  dropout: {dropout}\n  keys: {json.dumps(keys)}\n")
+            f.write(f"lora_parameters:\n  rank: {rank}\n  scale: 20.0\n  dropout: {dropout}\n"
+                    f"  keys: {json.dumps(keys)}\n")
     return path
 
 
@@ -76,7 +77,8 @@ def models():
                num_key_value_heads=2, head_dim=60, vocab_size=16000, tie_word_embeddings=False)
     m["odd"] = (config_model("odd", odd), "6 x 360 (D 60), V 16000 untied")
     demo = json.load(open(os.path.join(ROOT, "demo", "config.json")))
-    m["demo"] = (config_model("demo", {k: v for k, v in demo.items() if k != "architectures"}), "demo: 4 x 256, V 512 tied")
+    demo = {k: v for k, v in demo.items() if k != "architectures"}
+    m["demo"] = (config_model("demo", demo), "demo: 4 x 256, V 512 tied")
     qwen = dict(model_type="qwen3", hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=8000, tie_word_embeddings=False,
                 attention_bias=True)
@@ -193,7 +195,8 @@ def main():
         if args.only and args.only not in c["name"]:
             continue
         if c["model"] not in mdirs:
-            print(f"| {c['name']} | skipped: {c['model']} needs tests/node's tokenizers (make test installs them) | | | | |")
+            print(f"| {c['name']} | skipped: {c['model']} needs tests/node's tokenizers (make test installs them) "
+                  "| | | | |")
             continue
         if c["mpi"] and not shutil.which("mpirun"):
             continue
@@ -228,7 +231,8 @@ def torch_compare(mdirs):
     print("| checkpointing | lmtune peak GB | PyTorch peak GB | ratio |")
     print("|---|---|---|---|")
     for ckpt in (False, True):
-        c = C("torch", "smollm2", 512, 4, 512, ["--num-layers", "16"] + (["--grad-checkpoint"] if ckpt else []), keys=QV)
+        flags = ["--num-layers", "16"] + (["--grad-checkpoint"] if ckpt else [])
+        c = C("torch", "smollm2", 512, 4, 512, flags, keys=QV)
         m = measured(c, mdirs)
         cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", "smollm2-135m",
                "--mode", "lora-qv16", "--weights", "fp32", "--steps", "2"]

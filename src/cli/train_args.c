@@ -36,7 +36,10 @@
     {"test", 0, ARG_BOOL, OFF(test), NULL, "evaluate on test.jsonl after training", NULL, ARG_UNBOUNDED}, \
     {"test-batches", 0, ARG_INT, OFF(test_batches), "N", "test batches; -1 for the whole set", NULL, ARG_AT_LEAST(-1, "an integer >= -1")}, \
     {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, ARG_AT_LEAST(2, "an integer >= 2")}, \
-    {"grad-checkpoint", 0, ARG_SWITCH_OR_VALUE, OFF(grad_checkpoint), "[auto|BLOCKS]", "keep only the input of each trainable block (alone), of the fewest blocks that fit --memory-limit (auto) or of the blocks listed (3,5-7), and recompute their activations in the backward pass", "all", ARG_UNBOUNDED}, \
+    {"grad-checkpoint", 0, ARG_SWITCH_OR_VALUE, OFF(grad_checkpoint), "[auto|BLOCKS]", \
+     "keep only the input of each trainable block (alone), of the fewest blocks that fit --memory-limit " \
+     "(auto) or of the blocks listed (3,5-7), and recompute their activations in the backward pass", \
+     "all", ARG_UNBOUNDED}, \
     {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", NULL, ARG_UNBOUNDED}, \
     {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the batch order, LoRA init and dropout", NULL, ARG_UNBOUNDED}, \
     {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_UNBOUNDED}, \

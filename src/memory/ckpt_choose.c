@@ -82,7 +82,8 @@ static void build_set(const CkptBlock *sorted, const Class *cl, int classes, con
 int ckpt_choose(const CkptBlock *blocks, int n, CkptFits fits, void *ctx, CkptChoice *out) {
     memset(out, 0, sizeof *out);
     out->count = -1;
-    if (n < 0 || n > MODEL_MAX_BLOCKS) return error_set("checkpoint choice: %d blocks (at most %d)", n, MODEL_MAX_BLOCKS);
+    if (n < 0 || n > MODEL_MAX_BLOCKS)
+        return error_set("checkpoint choice: %d blocks (at most %d)", n, MODEL_MAX_BLOCKS);
     for (int i = 0; i < n; i++)
         if (blocks[i].block < 0 || blocks[i].block >= MODEL_MAX_BLOCKS)
             return error_set("checkpoint choice: block index %d", blocks[i].block);

@@ -91,6 +91,7 @@ void plan_print_table(const MemPlan *plan, bool verbose, FILE *out) {
                         plan->entries[i].in_arena ? "" : "  (outside the arena)");
     }
     size_t arena = plan_arena_bytes(plan);
-    fprintf(out, "  %-44s %16zu %12s\n", "arena (allocated once, touched once)", arena, format_bytes(b, sizeof b, arena));
+    fprintf(out, "  %-44s %16zu %12s\n", "arena (allocated once, touched once)", arena,
+            format_bytes(b, sizeof b, arena));
     fprintf(out, "Planned peak: %zu bytes (%s)\n", plan_total(plan), format_bytes(b, sizeof b, plan_total(plan)));
 }

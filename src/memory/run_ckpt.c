@@ -133,7 +133,8 @@ int run_ckpt_choose(const RunShape *a, const RunInputs *in, RunCkptChoice *out) 
     RunCost cost;
     TRY(run_step_cost(&none, in, &cost));
     int L = in->cfg->num_hidden_layers;
-    if (L > MODEL_MAX_BLOCKS) return error_set("checkpointing block by block supports up to %d blocks", MODEL_MAX_BLOCKS);
+    if (L > MODEL_MAX_BLOCKS)
+        return error_set("checkpointing block by block supports up to %d blocks", MODEL_MAX_BLOCKS);
     int lo = x.spec.num_layers > 0 && x.spec.num_layers < L ? L - x.spec.num_layers : 0;
     CkptBlock blocks[MODEL_MAX_BLOCKS];
     int n = 0;

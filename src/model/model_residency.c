@@ -222,7 +222,8 @@ int model_read_tensor(const Model *m, const StTensor *t, void *dst, DType dst_ty
             ssize_t r = pread(fd, buf + got, want - got, (off_t)(base + done * es + got));
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
-                rc = error_set("%s: cannot read tensor %s: %s", f->path, t->name, r < 0 ? strerror(errno) : "short file");
+                const char *why = r < 0 ? strerror(errno) : "short file";
+                rc = error_set("%s: cannot read tensor %s: %s", f->path, t->name, why);
                 break;
             }
             got += (size_t)r;

@@ -103,7 +103,8 @@ int main(void) {
                 CHECK_MSG(ch.count == -1, "trial %d: nothing fits but %d blocks chosen", trial, ch.count);
                 continue;
             }
-            CHECK_MSG(ch.count == min_k, "trial %d: %d blocks chosen, %d is the fewest that fit", trial, ch.count, min_k);
+            CHECK_MSG(ch.count == min_k, "trial %d: %d blocks chosen, %d is the fewest that fit", trial, ch.count,
+                      min_k);
             CHECK(block_set_count(&ch.set) == ch.count);
             CHECK_MSG(total(&m, &ch.set) <= m.limit, "trial %d: the chosen set does not fit", trial);
             double c = 0;

@@ -110,7 +110,8 @@ int main(void) {
         for (int i = 0; i < 12; i++) {
             fprintf(f, "{\"text\": \"");
             int words = i % 3 == 0 ? 3 : 40 + 13 * i;
-            for (int w = 0; w < words; w++) fprintf(f, "%s ", (const char *[]){"the", "memory", "plan", "of", "a"}[w % 5]);
+            static const char *const vocab[] = {"the", "memory", "plan", "of", "a"};
+            for (int w = 0; w < words; w++) fprintf(f, "%s ", vocab[w % 5]);
             fprintf(f, "\"}\n");
         }
         fclose(f);

@@ -151,7 +151,8 @@ int main(void) {
         CHECK(system(cp) == 0);
     }
     t0 = time_now();
-    rc = run(out, sizeof out, "%s eval --model %s/big --data %s/data --batch-size 4 --memory-limit 16GB", bin, dir, dir);
+    rc = run(out, sizeof out, "%s eval --model %s/big --data %s/data --batch-size 4 --memory-limit 16GB", bin, dir,
+             dir);
     double t_eval = time_now() - t0;
     printf("eval refused in %.2f s with exit %d:\n%s\n", t_eval, rc, out);
     CHECK(rc == 1 && t_eval < 5);
@@ -195,8 +196,8 @@ int main(void) {
     CHECK(same > 0);
     limit = same + same * 3 / 100;
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "exec %s train --model %s/tiny --data %s/data %s --adapter-path %s/ad2 --memory-limit %zu "
-             ">/dev/null 2>&1", bin, dir, dir, flags, dir, limit);
+    snprintf(cmd, sizeof cmd, "exec %s train --model %s/tiny --data %s/data %s --adapter-path %s/ad2 "
+             "--memory-limit %zu >/dev/null 2>&1", bin, dir, dir, flags, dir, limit);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
