@@ -25,6 +25,15 @@
 
 static char dir[128], model_dir[160], data_dir[160];
 
+/* Under AddressSanitizer the resident set is ASan's too (shadow memory, the
+ * allocator's quarantine): the sanitized build runs every command for its
+ * memory errors, and only the plain build compares resident sizes. */
+#if defined(__SANITIZE_ADDRESS__)
+static const bool sanitized = true;
+#else
+static const bool sanitized = false;
+#endif
+
 static int write_data(void) {
     char path[256];
     snprintf(path, sizeof path, "mkdir -p '%s'", data_dir);
@@ -80,7 +89,22 @@ int main(void) {
     CHECK(dataset_load_split(&train, data_dir, "train", tok, &o, &present) == 0);
     CHECK(dataset_load_split(&valid, data_dir, "valid", tok, &o, &present) == 0);
     matmul_probe();
-    RunInputs in = {&cfg, &train, &valid, NULL, 1, 13u << 20};
+    /* the baseline the CLI measures for these flags, so its choice can be
+     * compared with the library's (it varies by a few hundred kB per process) */
+    size_t baseline = 13u << 20;
+    {
+        char cmd[1024], text[16384];
+        snprintf(cmd, sizeof cmd, "%s plan --model %s --data %s --num-layers -1 --batch-size 4 --iters 2 "
+                 "--val-batches 1 -v 2>&1", bin, model_dir, data_dir);
+        FILE *p = popen(cmd, "r");
+        size_t got = p ? fread(text, 1, sizeof text - 1, p) : 0;
+        text[got] = 0;
+        if (p) pclose(p);
+        const char *b = strstr(text, "heap), measured");
+        if (b) baseline = strtoull(b + strlen("heap), measured"), NULL, 10);
+        CHECK(b != NULL && baseline > 0);
+    }
+    RunInputs in = {&cfg, &train, &valid, NULL, 1, baseline};
 
     RunShape s;
     memset(&s, 0, sizeof s);
@@ -164,7 +188,7 @@ int main(void) {
     if (p) pclose(p);
     const char *line = strstr(out, "Fastest that fits: ");
     CHECK_MSG(line != NULL, "plan printed no choice:\n%s", out);
-    if (line) {
+    if (line && !sanitized) {
         char want[300];
         snprintf(want, sizeof want, "Fastest that fits: %s:", flags);
         CHECK_MSG(!strncmp(line, want, strlen(want)), "CLI: %.200s, library: %s", line, want);
@@ -174,7 +198,7 @@ int main(void) {
              flags, limit, dir);
     size_t peak = peak_of(cmd);
     printf("training with them under the limit %zu: peak %zu bytes\n", limit, peak);
-    CHECK(peak > 0 && peak <= limit);
+    CHECK(peak > 0 && (sanitized || peak <= limit));
 
     dataset_free(&train);
     dataset_free(&valid);
