@@ -136,6 +136,13 @@ MATRIX = [
 ]
 
 
+def run_flags(c):
+    """The flags that decide which batches the run reads: plan and train get the same."""
+    it = str(c["iters"])
+    return ["--iters", it, "--steps-per-report", it, "--steps-per-eval", "1000000", "--val-batches", "1",
+            "--save-every", "1000000"]
+
+
 def args_for(c, mdirs):
     data = rich_data(int(c["data"].split("-")[1])) if isinstance(c["data"], str) else data_dir(c["data"])
     rank = 32 if c["model"] == "demo" and c["ft"] != "full" else 8
@@ -144,7 +151,7 @@ def args_for(c, mdirs):
          "--batch-size", str(c["batch"]), "--max-seq-length", str(c["seq"] + 1)] + c["extra"]
     if c["mpi"]:
         a += ["--threads", "1"]
-    return a
+    return a + run_flags(c)
 
 
 def planned(c, mdirs):
@@ -160,10 +167,8 @@ def planned(c, mdirs):
 
 
 def measured(c, mdirs):
-    iters = str(c["iters"])
     ad = os.path.join(WORK, "mem-adapters")
-    flags = args_for(c, mdirs) + ["--iters", iters, "--steps-per-report", iters, "--steps-per-eval", "1000000",
-                                  "--val-batches", "1", "--save-every", "1000000", "--adapter-path", ad]
+    flags = args_for(c, mdirs) + ["--adapter-path", ad]
     if not c["mpi"]:
         _, _, _, rss = run([LMTUNE, "train"] + flags)
         return rss

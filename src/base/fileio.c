@@ -83,29 +83,42 @@ size_t file_pages_covering(ByteRange *ranges, size_t n, size_t size) {
 #define MADV_POPULATE_READ 22
 #endif
 
+/* Drops the pages [a, b) of the mapping (page units). */
+static int drop_pages(const MappedFile *m, size_t a, size_t b) {
+    size_t pg = file_page_size();
+    if (b <= a) return 0;
+    if (madvise((unsigned char *)m->data + a * pg, (b - a) * pg, MADV_DONTNEED) < 0)
+        return error_set("%s: cannot drop unused pages: %s", m->path, strerror(errno));
+    return 0;
+}
+
 int file_map_keep(const MappedFile *m, ByteRange *ranges, size_t n) {
     if (!m->data || !m->size) return 0;
     size_t pg = file_page_size(), pages = (m->size + pg - 1) / pg;
     size_t runs = page_runs(ranges, n, m->size);
     unsigned char *base = (unsigned char *)m->data;
-    /* fault the kept pages in first: that can map whole folios beyond them,
-     * which the drops below then take back */
+    /* A fault maps its whole folio, up to 2 MiB around the page: after each
+     * run is faulted in, the gaps within that reach behind it are dropped
+     * (again), so what was mapped beyond the kept pages never adds up to
+     * more than a folio or two; the last gap goes at the end. */
+    const size_t reach = ((size_t)2 << 20) / pg;
+    TRY(drop_pages(m, 0, runs ? ranges[0].begin : pages));
     for (size_t i = 0; i < runs; i++) {
         unsigned char *p = base + ranges[i].begin * pg;
         size_t len = (ranges[i].end - ranges[i].begin) * pg;
-        if (madvise(p, len, MADV_POPULATE_READ) == 0) continue;
-        volatile unsigned char sink = 0;
-        for (size_t off = 0; off < len; off += pg) sink ^= p[off];
-        (void)sink;
+        if (madvise(p, len, MADV_POPULATE_READ) != 0) {
+            volatile unsigned char sink = 0;
+            for (size_t off = 0; off < len; off += pg) sink ^= p[off];
+            (void)sink;
+        }
+        size_t from = ranges[i].begin > reach ? ranges[i].begin - reach : 0;
+        for (size_t j = i; j > 0; j--) {
+            if (ranges[j].begin <= from) break;
+            TRY(drop_pages(m, ranges[j - 1].end, ranges[j].begin));
+        }
+        if (from == 0 || i == 0) TRY(drop_pages(m, 0, ranges[0].begin));
     }
-    size_t at = 0;
-    for (size_t i = 0; i <= runs; i++) {
-        size_t stop = i < runs ? ranges[i].begin : pages;
-        if (stop > at && madvise(base + at * pg, (stop - at) * pg, MADV_DONTNEED) < 0)
-            return error_set("%s: cannot drop unused pages: %s", m->path, strerror(errno));
-        if (i < runs) at = ranges[i].end;
-    }
-    return 0;
+    return drop_pages(m, runs ? ranges[runs - 1].end : pages, pages);
 }
 
 int file_read_at(const char *path, size_t offset, void *dst, size_t n) {

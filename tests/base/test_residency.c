@@ -47,7 +47,7 @@ static void touch_everywhere(const MappedFile *m) {
 
 static void keep_case(const MappedFile *m, ByteRange *r, size_t n, const char *what) {
     ByteRange copy[64];
-    memcpy(copy, r, n * sizeof *r);
+    if (n) memcpy(copy, r, n * sizeof *r);
     size_t pages = file_pages_covering(copy, n, m->size);
     touch_everywhere(m);
     CHECK(file_map_keep(m, r, n) == 0);
