@@ -39,7 +39,8 @@ typedef struct {
 
 #define OFF(f) offsetof(InitArgs, f)
 static const ArgSpec INIT_SPECS[] = {
-    {"preset", 0, ARG_CHOICE, OFF(preset), "NAME", "architecture preset", "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b", ARG_UNBOUNDED},
+    {"preset", 0, ARG_CHOICE, OFF(preset), "NAME", "architecture preset",
+     "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|llama-3.1-8b", ARG_UNBOUNDED},
     {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL, ARG_UNBOUNDED},
     {"out", 0, ARG_STRING, OFF(out), "DIR", "output directory (created)", NULL, ARG_UNBOUNDED},
     {"dtype", 0, ARG_CHOICE, OFF(dtype), "T", "weight dtype in model.safetensors", "f32|bf16", ARG_UNBOUNDED},

@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include <stdio.h>
+#include <string.h>
 
 static void add(ModelTensorSpec *s, size_t *k, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1) {
     ModelTensorSpec *t = &s[(*k)++];
@@ -54,16 +55,34 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     return 0;
 }
 
-int model_check_tensors(const ModelConfig *c, const StModel *m) {
+int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const QuantConfig *qc) {
     ModelTensorSpec *specs;
     size_t n;
     TRY(model_tensor_specs(c, &specs, &n));
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = st_model_expect(m, specs[i].name, specs[i].ndim, specs[i].shape, NULL);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const ModelTensorSpec *s = &specs[i];
+        size_t len = strlen(s->name);
+        if (s->ndim == 2 && len > 7 && !strcmp(s->name + len - 7, ".weight")) {
+            /* a linear or embedding matrix: MLX-quantized, or plain */
+            char module[96];
+            snprintf(module, sizeof module, "%.*s", (int)(len - 7), s->name);
+            QuantParams qp;
+            rc = quant_module(qc, m, module, &qp);
+            if (rc == 1) {
+                QuantTensors qt;
+                rc = quant_module_tensors(m, module, s->shape[0], s->shape[1], &qp, &qt);
+                continue;
+            }
+            if (rc < 0) break;
+        }
+        rc = st_model_expect(m, s->name, s->ndim, s->shape, NULL);
+    }
     mem_free(specs);
     return rc;
 }
+
+int model_check_tensors(const ModelConfig *c, const StModel *m) { return model_check_tensors_quant(c, m, NULL); }
 
 size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first, size_t first_cap) {
     ModelTensorSpec *specs;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "formats/mlx_quant.h"
 
 typedef struct {
     char name[96];        /* e.g. "model.layers.3.self_attn.q_proj.weight" */
@@ -21,6 +22,10 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n);
  * the first problem is the error ("DIR/model.safetensors: tensor "NAME":
  * shape [64, 32] but config.json implies [64, 64]"). */
 int model_check_tensors(const ModelConfig *c, const StModel *m);
+/* The same for a model that may be MLX-quantized (qc from config.json, or
+ * NULL): a quantized module's codes, scales and biases are checked against
+ * its bits and group size instead (formats/mlx_quant.h). */
+int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const QuantConfig *qc);
 /* NaN/Inf elements over all the model's tensors (the format allows them, so
  * this is a flag for the caller to warn or refuse, not an error). The name
  * of the first tensor holding one goes to `first` (may be NULL). Returns 0

@@ -6,8 +6,8 @@
  *
  * Scratch (lmhead_scratch_floats floats, all of it used by this file, none
  * through matmul_set_scratch):
- *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for a BF16 weight)
- *   logits (chunk, V)  logits, then dlogits (for a BF16 weight, each row's
+ *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for bf16 products)
+ *   logits (chunk, V)  logits, then dlogits (for bf16 products, each row's
  *                      dlogits are rounded to bf16 in place, in the first half
  *                      of the row, then the rows are packed to (chunk, V)
  *                      bf16: a dense operand is what oneDNN's brgemm takes; a
@@ -23,15 +23,20 @@
  * (up to the cache's 256); with the padding a run has at most chunk / 16
  * LM-head shapes per direction, which the memory planner counts. The padded
  * rows cost at most 15 rows of products per batch; their results are not
- * read. */
+ * read.
+ *
+ * Compiled twice in the portable build (kernels/isa.h): the softmax's
+ * exponentials run on 16-float vectors, one register with AVX-512. */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 #include "base/error.h"
 
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 int lmhead_product_rows(int n, int chunk) {
     int p = (n + 15) / 16 * 16;
     return p < chunk ? p : chunk;
@@ -40,6 +45,7 @@ int lmhead_product_rows(int n, int chunk) {
 size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
+#endif
 
 /* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax
  * - onehot), as floats, or (bf16_out) rounded to bf16 in the first half of
@@ -81,11 +87,10 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     return loss;
 }
 
-double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
-                   const int *targets, const float *row_weight, float *scratch,
-                   int chunk, int N, int C, int V) {
-    if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
-        die("lmhead_xent.c: weight dtype %s not supported (F32 or BF16)", dtype_name(wtype));
+double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w,
+                           const int *targets, const float *row_weight, float *scratch, int chunk, int N) {
+    int C = w->cols, V = w->rows;
+    bool bf = w->compute == DTYPE_BF16;
     if (chunk <= 0) die("lmhead_xent.c: chunk %d must be positive", chunk);
     float *rows = scratch, *logits = rows + (size_t)chunk * C, *drows = logits + (size_t)chunk * V;
     int idx[chunk];
@@ -104,7 +109,7 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
         }
         if (n == 0) break;
         int np = lmhead_product_rows(n, chunk);
-        if (wtype == DTYPE_BF16) {
+        if (bf) {
             uint16_t *rows16 = (uint16_t *)(void *)rows;
             #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
             for (int r = 0; r < n; r++) {
@@ -115,17 +120,17 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
                 for (; c < C; c++) dst[c] = f32_to_bf16(src[c]);
             }
             memset(rows16 + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows16);
-            linear_forward_bf16_input(logits, rows16, weight, NULL, np, C, V);
+            fw_linear_forward(logits, NULL, rows16, w, NULL, np);
         } else {
             for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
             memset(rows + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows);
-            linear_forward(logits, rows, weight, DTYPE_F32, NULL, np, C, V);
+            fw_linear_forward(logits, rows, NULL, w, NULL, np);
         }
         double chunk_loss[chunk];
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < n; r++) {
             float *z = logits + (size_t)r * V;
-            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, wtype == DTYPE_BF16);
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, bf);
         }
         for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
             total += (double)row_weight[idx[r]] * chunk_loss[r];
@@ -133,14 +138,15 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
         }
         if (!want_grad) continue;
         /* the padded rows' logits are read as they are (their drows are not used) */
-        if (wtype == DTYPE_BF16) {
+        if (bf) {
             /* row r's bf16 dlogits move from byte 4rV to 2rV: in ascending
              * order every destination lies in rows already moved */
             uint16_t *d16 = (uint16_t *)(void *)logits;
             for (int r = 1; r < np; r++) memmove(d16 + (size_t)r * V, d16 + 2 * (size_t)r * V, (size_t)V * 2);
-            linear_backward_dinp_bf16_dout(drows, d16, (size_t)V, weight, 0.0f, np, C, V);
-        } else
-            gemm_f32(drows, logits, weight, np, C, V, false, false, 1.0f, 0.0f);
+            fw_linear_backward_dinp(drows, 0.0f, NULL, d16, (size_t)V, w, np);
+        } else {
+            fw_linear_backward_dinp(drows, 0.0f, logits, NULL, 0, w, np);
+        }
         #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
         for (int r = 0; r < n; r++) {
             float *dst = dinp + (size_t)idx[r] * C;
@@ -151,6 +157,8 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
     return total;
 }
 
-void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V) {
-    linear_forward(out, inp, weight, wtype, NULL, N, C, V);
+#ifndef LT_ISA_AVX512
+void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, int N) {
+    fw_linear_forward(out, inp, NULL, w, NULL, N);
 }
+#endif

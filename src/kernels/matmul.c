@@ -29,7 +29,6 @@
 #include "kernels/matmul.h"
 
 #include <dnnl.h>
-#include <immintrin.h>
 #include <malloc.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -42,6 +41,7 @@
 
 #include "base/error.h"
 #include "base/sys.h"
+#include "kernels/isa.h"
 
 #define MM_CACHE_SLOTS 256
 
@@ -153,12 +153,41 @@ size_t matmul_alive_shapes(MatmulShape *out, size_t cap) {
 
 static void mm_init_locked(void) {
     if (mm_ready) return;
+    isa_init(); /* LMTUNE_NO_AVX512 caps oneDNN's ISA before its first use */
     /* Nothing of oneDNN's outlives our slots (see the header comment). */
     DNNL_CHECK(dnnl_set_primitive_cache_capacity(0));
     DNNL_CHECK(dnnl_engine_create(&mm_engine, dnnl_cpu, 0));
     DNNL_CHECK(dnnl_stream_create(&mm_stream, mm_engine, dnnl_stream_default_flags));
     mm_profile = getenv("LMTUNE_MATMUL_PROFILE") != NULL;
     mm_ready = 1;
+}
+
+static int mm_bf16_ok = -1; /* -1: not asked yet */
+
+bool matmul_bf16_supported(void) {
+    pthread_mutex_lock(&mm_lock);
+    mm_init_locked();
+    if (mm_bf16_ok < 0) {
+        dnnl_memory_desc_t a_md, b_md, c_md;
+        dnnl_dims_t dims = {16, 16};
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&a_md, 2, dims, dnnl_bf16, dnnl_ab));
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&b_md, 2, dims, dnnl_bf16, dnnl_ab));
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&c_md, 2, dims, dnnl_f32, dnnl_ab));
+        dnnl_matmul_desc_t desc;
+        DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
+        dnnl_primitive_desc_t pd;
+        mm_bf16_ok = dnnl_primitive_desc_create(&pd, &desc, NULL, mm_engine, NULL) == dnnl_success;
+        if (mm_bf16_ok) {
+            dnnl_primitive_desc_destroy(pd);
+        }
+    }
+    bool ok = mm_bf16_ok;
+    pthread_mutex_unlock(&mm_lock);
+    return ok;
+}
+
+DType matmul_weight_dtype(DType stored) {
+    return stored == DTYPE_BF16 && matmul_bf16_supported() ? DTYPE_BF16 : DTYPE_F32;
 }
 
 /* CPU seconds of the whole process (all threads): on a shared, loaded
@@ -390,6 +419,27 @@ MatmulShape matmul_shape_dinp_bf16_dout(size_t ld_dout, int N, int C, int OC, fl
     return k;
 }
 
+MatmulShape matmul_shape_strided(size_t ldc, size_t lda, bool transA, size_t ldb, bool transB, DType ab, bool bias,
+                                 int M, int N, int K, float alpha, float beta) {
+    MatmulShape k = mm_shape(M, N, K, transA, transB, ab, alpha, beta, bias);
+    k.lda = (int64_t)lda;
+    k.ldb = (int64_t)ldb;
+    k.ldc = (int64_t)ldc;
+    return k;
+}
+
+void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA,
+                    const void *B, size_t ldb, bool transB, DType ab, const float *bias,
+                    int M, int N, int K, float alpha, float beta) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    if (ab != DTYPE_F32 && ab != DTYPE_BF16)
+        die("matmul.c: matmul_strided: operand dtype %s (F32 or BF16)", dtype_name(ab));
+    MatmulShape k = matmul_shape_strided(ldc, lda, transA, ldb, transB, ab, bias != NULL, M, N, K, alpha, beta);
+    pthread_mutex_lock(&mm_lock);
+    mm_run_locked(&k, C, A, B, bias);
+    pthread_mutex_unlock(&mm_lock);
+}
+
 void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
               bool transA, bool transB, float alpha, float beta) {
     if (M <= 0 || N <= 0) return;
@@ -401,35 +451,6 @@ void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
     pthread_mutex_lock(&mm_lock);
     mm_run_locked(&k, C, A, B, NULL);
     pthread_mutex_unlock(&mm_lock);
-}
-
-#ifdef __AVX512F__
-/* 16 floats to bf16 exactly as f32_to_bf16 does (nearest even, NaN stays a
- * quiet NaN, subnormals rounded, not flushed as vcvtneps2bf16 would). */
-static inline __m256i mm_bf16_x16(__m512i u) {
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-        _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))), 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
-#endif
-
-/* Rounds n floats to bf16 (nearest even), in parallel for large n; 16 at a
- * time with AVX-512 (the scalar loop does not vectorize: it was a
- * measurable part of a bf16 step, ~625 M conversions). */
-void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-#ifdef __AVX512F__
-    size_t blocks = n / 16;
-    #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t b = 0; b < blocks; b++)
-        _mm256_storeu_si256((__m256i *)(dst + 16 * b), mm_bf16_x16(_mm512_loadu_si512(src + 16 * b)));
-    for (size_t i = blocks * 16; i < n; i++) dst[i] = f32_to_bf16(src[i]);
-#else
-    #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
-#endif
 }
 
 static uint16_t *mm_bf16_operand(const float *src, size_t rows, size_t cols, const char *who) {

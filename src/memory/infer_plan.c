@@ -61,7 +61,7 @@ static int threads_of(const InferRequest *r) {
 
 /* Eval: the batches the test pass reads, per worker, and their token ids. */
 static int eval_batches(const InferRequest *r, int V, int rank, Shapes *shapes, const ModelConfig *cfg,
-                        const ModelSpec *spec, DType ft, uint64_t *ids) {
+                        const ModelSpec *spec, const WeightsSummary *ws, const FrozenWeight *views, uint64_t *ids) {
     BatchIter it;
     int world = r->world > 0 ? r->world : 1;
     TRY(batch_iter_init(&it, r->data, r->batch_size, r->max_seq_length, rank, world,
@@ -74,7 +74,7 @@ static int eval_batches(const InferRequest *r, int V, int rank, Shapes *shapes, 
         batch_describe(&it, it.order[i], &rows, &width, &loss, ids, (uint32_t)V);
         if (rows == 0) continue;
         ProductBatch b = {rows, width - 1, loss, false, false};
-        if (shapes) rc = model_products(cfg, spec, ft, &b, 1, add_shape, shapes);
+        if (shapes) rc = model_products(cfg, spec, ws, views, &b, 1, add_shape, shapes);
     }
     batch_iter_free(&it);
     return rc;
@@ -89,39 +89,41 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
     int rc = hf_config_load(&cfg, cfg_path);
     mem_free(cfg_path);
     TRY(rc);
-    StModel st;
-    TRY(st_model_open(&st, r->model_dir, true));
-    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
-    DType ft = emb ? emb->dtype : cfg.torch_dtype;
-    st_model_close(&st);
+    WeightsSummary ws;
+    TRY(model_weights_summary(r->model_dir, &cfg, &ws));
+    DType ft = ws.file_dtype;
+    FrozenWeight *views = NULL;
+    int n_views = 0;
+    if (ws.quantized) TRY(model_frozen_views(r->model_dir, &cfg, &views, &n_views));
     int world = r->world > 0 ? r->world : 1;
     spec->type = TUNE_NONE;
     spec->num_layers = -1;
-    spec->weight_dtype = ft == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;   /* as stored; F16 widened to F32 */
+    spec->weight_dtype = matmul_weight_dtype(ft);   /* as stored where bf16 products exist; F16 widened */
     spec->training = false;
-    if (r->adapter_dir) TRY(adapter_spec_from_dir(r->adapter_dir, spec));
+    if (r->adapter_dir) rc = adapter_spec_from_dir(r->adapter_dir, spec);
     Shapes shapes = {0};
-    if (r->kind == INFER_EVAL) {
+    if (rc == 0 && r->kind == INFER_EVAL) {
         int rows = r->batch_size / world > 0 ? r->batch_size / world : 1;
         spec->max_rows = rows;
         spec->max_tokens = batch_max_width(r->data, r->batch_size, r->max_seq_length) - 1;
         size_t words = ((size_t)cfg.vocab_size + 63) / 64;
         uint64_t *ids = mem_calloc(words ? words : 1, sizeof *ids);
-        if (!ids) return -1;
+        if (!ids) rc = -1;
         plan->owned = ids;
         spec->embed_rows = ids;
         /* every worker's token ids; this worker's products (or worker 0's) */
-        for (int rank = 0; rank < world; rank++)
-            TRY(eval_batches(r, cfg.vocab_size, rank, rank == (prepare_rank > 0 ? prepare_rank : 0) ? &shapes : NULL,
-                             &cfg, spec, ft, ids));
-    } else {
+        for (int rank = 0; rank < world && rc == 0; rank++)
+            rc = eval_batches(r, cfg.vocab_size, rank, rank == (prepare_rank > 0 ? prepare_rank : 0) ? &shapes : NULL,
+                              &cfg, spec, &ws, views, ids);
+    } else if (rc == 0) {
         spec->max_rows = 1;
         spec->max_tokens = r->prompt_tokens;
         spec->kv_cache_tokens = (int)(r->prompt_tokens + r->max_tokens);
         ProductBatch b = {1, r->prompt_tokens, 0, false, true};
-        TRY(model_products(&cfg, spec, ft, &b, 1, add_shape, &shapes));
+        rc = model_products(&cfg, spec, &ws, views, &b, 1, add_shape, &shapes);
     }
-    if (shapes.failed) rc = error_set("out of memory listing the products");
+    mem_free(views);
+    if (rc == 0 && shapes.failed) rc = error_set("out of memory listing the products");
     MatmulPlan lib;
     if (rc == 0) rc = matmul_plan(shapes.s, shapes.n, &lib);
     if (rc == 0 && prepare_rank >= 0) {
@@ -132,7 +134,7 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
     TRY(rc);
     spec->library_scratchpad = lib.scratchpad_bytes;
     Carver cv = {NULL, plan};
-    TRY(model_layout_dtype(&cfg, spec, ft, &cv));
+    TRY(model_layout_summary(&cfg, spec, &ws, &cv));
     TRY(model_plan_weights(r->model_dir, &cfg, spec, plan));
     char nm[96];
     if (r->kind == INFER_EVAL) {

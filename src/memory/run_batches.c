@@ -181,7 +181,7 @@ static void set_free(ShapeSet *s) {
 }
 
 int run_library_plan(const RunBatches *rb, int world, int this_rank, const ModelConfig *cfg, const ModelSpec *spec,
-                     DType file_dtype, MatmulPlan *out) {
+                     const WeightsSummary *ws, const FrozenWeight *views, MatmulPlan *out) {
     memset(out, 0, sizeof *out);
     size_t measured = 0;
     bool have_measured = false;
@@ -189,7 +189,7 @@ int run_library_plan(const RunBatches *rb, int world, int this_rank, const Model
         ShapeSet set = {0};
         int rc = 0;
         for (size_t i = 0; i < rb->n && rc == 0; i++)
-            if (rb->rank[i] == rank) rc = model_products(cfg, spec, file_dtype, &rb->batches[i], 1, set_add, &set);
+            if (rb->rank[i] == rank) rc = model_products(cfg, spec, ws, views, &rb->batches[i], 1, set_add, &set);
         if (rc == 0 && set.failed) rc = error_set("out of memory listing the run's matrix products");
         MatmulPlan p;
         if (rc == 0) rc = matmul_plan(set.list, set.n, &p);

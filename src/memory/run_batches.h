@@ -37,7 +37,7 @@ void run_batches_free(RunBatches *rb);
  * this_rank >= 0, that worker's primitives are created now (matmul_prepare)
  * and held_bytes is what they were measured to hold. */
 int run_library_plan(const RunBatches *rb, int world, int this_rank, const ModelConfig *cfg, const ModelSpec *spec,
-                     DType file_dtype, MatmulPlan *out);
+                     const WeightsSummary *ws, const FrozenWeight *views, MatmulPlan *out);
 /* Distinct token ids read (set bits of ids). */
 size_t run_batches_rows_read(const RunBatches *rb);
 #endif

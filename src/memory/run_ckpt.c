@@ -3,6 +3,7 @@
  * probe measured) and which blocks to checkpoint under a memory limit (the
  * fewest that fit, the cheapest to recompute; memory/ckpt_choose.h). */
 #include "memory/run_ckpt.h"
+#include "base/alloc.h"
 #include "base/error.h"
 #include "base/sys.h"
 #include "kernels/matmul.h"
@@ -55,16 +56,21 @@ int run_step_cost(const RunShape *a, const RunInputs *in, RunCost *out) {
     memset(out, 0, sizeof *out);
     ModelSpec spec;
     run_model_spec(a, in, &spec);
-    DType ft;
-    TRY(run_file_dtype(a, in, &ft));
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    FrozenWeight *views = NULL;
+    int n_views = 0;
+    if (ws.quantized) TRY(model_frozen_views(a->model_dir, in->cfg, &views, &n_views));
     const MatmulProbe *p = matmul_probe();
     int threads = run_threads(a);
     out->gflops_f32 = p->gflops_f32 * threads;
     out->gflops_bf16 = p->gflops_bf16 * threads;
     CostCtx x = {out, out->gflops_f32 * 1e9, out->gflops_bf16 * 1e9, &spec};
-    if (x.rate_f32 <= 0 || x.rate_bf16 <= 0) return error_set("the start-up probe measured no GEMM rate");
     ProductBatch b = {spec.max_rows, spec.max_tokens, (long)spec.max_rows * spec.max_tokens, true, false};
-    TRY(model_products(in->cfg, &spec, ft, &b, 1, cost_sink, &x));
+    int rc = x.rate_f32 > 0 && x.rate_bf16 > 0 ? 0 : error_set("the start-up probe measured no GEMM rate");
+    if (rc == 0) rc = model_products(in->cfg, &spec, &ws, views, &b, 1, cost_sink, &x);
+    mem_free(views);
+    TRY(rc);
     /* attention runs lmtune's own f32 tiles: at the f32 rate */
     const ModelConfig *c = in->cfg;
     int L = c->num_hidden_layers;
@@ -90,7 +96,7 @@ int run_step_cost(const RunShape *a, const RunInputs *in, RunCost *out) {
 typedef struct {
     const ModelConfig *cfg;
     ModelSpec spec;
-    DType file_dtype;
+    WeightsSummary ws;
     size_t other;           /* the plan's total less the model's arena */
     size_t limit;
     int failed;
@@ -102,7 +108,7 @@ static size_t layout_bytes(FitCtx *x, const BlockSet *set) {
     s.ckpt_blocks = *set;
     MemPlan p = {0};
     Carver cv = {NULL, &p};
-    size_t b = model_layout_dtype(x->cfg, &s, x->file_dtype, &cv) == 0 ? plan_total(&p) : 0;
+    size_t b = model_layout_summary(x->cfg, &s, &x->ws, &cv) == 0 ? plan_total(&p) : 0;
     if (!b) x->failed = 1;
     plan_free(&p);
     return b;
@@ -121,9 +127,12 @@ int run_ckpt_choose(const RunShape *a, const RunInputs *in, RunCkptChoice *out) 
     none.ckpt_auto = false;
     size_t base = run_plan_total(&none, in);
     if (!base) return error_set("the plan of the run without checkpointing cannot be built");
-    FitCtx x = {in->cfg, {0}, DTYPE_F32, 0, a->memory_limit, 0};
+    FitCtx x;
+    memset(&x, 0, sizeof x);
+    x.cfg = in->cfg;
+    x.limit = a->memory_limit;
     run_model_spec(&none, in, &x.spec);
-    TRY(run_file_dtype(a, in, &x.file_dtype));
+    TRY(model_weights_summary(a->model_dir, in->cfg, &x.ws));
     BlockSet empty;
     memset(&empty, 0, sizeof empty);
     size_t arena0 = layout_bytes(&x, &empty);

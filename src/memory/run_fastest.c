@@ -39,8 +39,9 @@ int run_fastest(const RunShape *asked, const RunInputs *in, RunFastest *out) {
     int effective = asked->batch_size > 0 ? asked->batch_size * accum
                     : asked->effective_batch_size > 0 ? asked->effective_batch_size : 4 * accum;
     int world = in->world > 0 ? in->world : 1;
-    DType ft;
-    TRY(run_file_dtype(asked, in, &ft));
+    WeightsSummary ws;
+    TRY(model_weights_summary(asked->model_dir, in->cfg, &ws));
+    DType ft = ws.file_dtype;
     if (asked->batch_size > 0) {
         /* as asked: its own checkpointing, not a chosen one */
         RunConfig *c = &out->asked;
@@ -54,7 +55,12 @@ int run_fastest(const RunShape *asked, const RunInputs *in, RunFastest *out) {
     }
     /* the weights as stored, and bf16 when they are stored wider */
     DType dtypes[2] = {ft == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32, DTYPE_BF16};
-    int n_dtypes = ft == DTYPE_BF16 ? 1 : 2;
+    int n_dtypes = ft == DTYPE_BF16 || !matmul_bf16_supported() ? 1 : 2;
+    if (ws.quantized) {
+        /* packed weights are used as stored */
+        dtypes[0] = asked->spec.weight_dtype;
+        n_dtypes = 1;
+    }
     for (int t = 0; t < n_dtypes; t++)
         for (int b = effective; b >= 1 && out->n < RUN_FASTEST_MAX; b--) {
             if (effective % b || b % world || in->train->n < (size_t)b) continue;

@@ -46,13 +46,11 @@ void run_model_spec(const RunShape *a, const RunInputs *in, ModelSpec *spec) {
 }
 
 int run_file_dtype(const RunShape *a, const RunInputs *in, DType *out) {
-    /* the dtype the matrices really have in the file (config.json's
-     * torch_dtype may say otherwise): read from the safetensors header */
-    StModel st;
-    TRY(st_model_open(&st, a->model_dir, true));
-    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
-    *out = emb ? emb->dtype : in->cfg->torch_dtype;
-    st_model_close(&st);
+    /* the dtype the matrices really have in the files (config.json's
+     * torch_dtype may say otherwise), or of a quantized model's scales */
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    *out = ws.file_dtype;
     return 0;
 }
 
@@ -74,21 +72,28 @@ int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, Mod
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
-    DType file_dtype;
-    TRY(run_file_dtype(a, in, &file_dtype));
+    /* Plan for the matrices as they really are in the files (config.json's
+     * torch_dtype may say otherwise; quantized modules): read from the
+     * safetensors headers and config.json's quantization. */
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    FrozenWeight *views = NULL;
+    int n_views = 0;
+    if (ws.quantized) TRY(model_frozen_views(a->model_dir, in->cfg, &views, &n_views));
     /* The batches the run reads: the embedding rows of their tokens, and the
      * matrix products (oneDNN primitives) they create. */
     RunBatches rb;
-    TRY(run_batches_build(a, in, &rb));
+    int rc = run_batches_build(a, in, &rb);
     MatmulPlan lib;
-    int rc = run_library_plan(&rb, world, prepare_rank, in->cfg, spec, file_dtype, &lib);
+    if (rc == 0) rc = run_library_plan(&rb, world, prepare_rank, in->cfg, spec, &ws, views, &lib);
+    mem_free(views);
     plan->owned = rb.ids;
     rb.ids = NULL;
     run_batches_free(&rb);
     TRY(rc);
     spec->embed_rows = plan->owned;
     spec->library_scratchpad = lib.scratchpad_bytes;
-    TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
+    TRY(model_layout_summary(in->cfg, spec, &ws, &cv));
     TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
     TrainableTensor *list;
     size_t n;
@@ -151,6 +156,66 @@ size_t run_plan_total(const RunShape *v, const RunInputs *in) {
     return t;
 }
 
+int run_levers(const RunShape *a, const RunInputs *in, RunLever *lever) {
+    int nl = 0;
+    RunShape *v;
+    if (a->batch_size > 1) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->batch_size = a->batch_size / 2;
+        v->grad_accumulation_steps = a->grad_accumulation_steps * 2;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--batch-size %d --grad-accumulation-steps %d",
+                 v->batch_size, v->grad_accumulation_steps);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+        if (a->batch_size > 2) {
+            v = &lever[nl].shape;
+            *v = *a;
+            v->batch_size = 1;
+            v->grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
+            snprintf(lever[nl].what, sizeof lever[nl].what, "--batch-size 1 --grad-accumulation-steps %d",
+                     v->grad_accumulation_steps);
+            lever[nl].total = run_plan_total(v, in);
+            nl++;
+        }
+    }
+    if (!a->grad_checkpoint) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->grad_checkpoint = true;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--grad-checkpoint");
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
+    if (layers > 1) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--num-layers %d", v->spec.num_layers);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    int width = run_max_width(a, in);
+    if (width > 64) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->max_seq_length = (width - 1) / 2;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--max-seq-length %d", v->max_seq_length);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    if (a->spec.weight_dtype != DTYPE_BF16 && matmul_bf16_supported()) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->spec.weight_dtype = DTYPE_BF16;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--weights-dtype bf16");
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    return nl;
+}
+
 int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan) {
     size_t total = plan_total(plan);
     if (!a->memory_limit || total <= a->memory_limit) return 0;
@@ -168,42 +233,8 @@ int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan)
         cls[best] = 0;
     }
     k += (size_t)snprintf(msg + k, sizeof msg - k, ". Levers (planned total with each):");
-    RunShape v;
-    struct { const char *what; size_t total; } lever[8];
-    int nl = 0;
-    char what[8][96];
-    if (a->batch_size > 1) {
-        v = *a; v.batch_size = a->batch_size / 2; v.grad_accumulation_steps = a->grad_accumulation_steps * 2;
-        snprintf(what[nl], 96, "--batch-size %d --grad-accumulation-steps %d", v.batch_size, v.grad_accumulation_steps);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-        if (a->batch_size > 2) {
-            v = *a; v.batch_size = 1; v.grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
-            snprintf(what[nl], 96, "--batch-size 1 --grad-accumulation-steps %d", v.grad_accumulation_steps);
-            lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-        }
-    }
-    if (!a->grad_checkpoint) {
-        v = *a; v.grad_checkpoint = true;
-        snprintf(what[nl], 96, "--grad-checkpoint");
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
-    if (layers > 1) {
-        v = *a; v.spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
-        snprintf(what[nl], 96, "--num-layers %d", v.spec.num_layers);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    int width = run_max_width(a, in);
-    if (width > 64) {
-        v = *a; v.max_seq_length = (width - 1) / 2;
-        snprintf(what[nl], 96, "--max-seq-length %d", v.max_seq_length);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    if (a->spec.weight_dtype != DTYPE_BF16) {
-        v = *a; v.spec.weight_dtype = DTYPE_BF16;
-        snprintf(what[nl], 96, "--weights-dtype bf16");
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
+    RunLever lever[RUN_MAX_LEVERS];
+    int nl = run_levers(a, in, lever);
     for (int i = 0; i < nl; i++) {
         if (!lever[i].total) continue;
         bool fits = lever[i].total <= a->memory_limit;

@@ -100,7 +100,7 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
     int rows = 0;
     for (int c0 = 0; c0 < n; c0 += d->dec_rows) {
         rows = n - c0 < d->dec_rows ? n - c0 : d->dec_rows;
-        embedding_forward(x, (const int *)tokens + c0, m->embed, m->embed_t, rows, d->C);
+        fw_gather_rows(x, (const int *)tokens + c0, rows, &m->embed);
         for (int l = 0; l < d->L; l++) {
             decode_block(m, l, x, y, rows, pos + c0);
             float *t = x; x = y; y = t;
@@ -110,7 +110,7 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
     /* final norm and logits of the last position only */
     const float *last = x + (size_t)(rows - 1) * d->C;
     rmsnorm_forward(m->dec.ln1, m->dec.rstd1, last, m->final_norm, m->cfg.rms_norm_eps, 1, d->C);
-    lmhead_logits(logits, m->dec.ln1, m->lm_head, m->lm_head_t, 1, d->C, d->V);
+    lmhead_logits(logits, m->dec.ln1, &m->lm_head, 1);
     m->d.dropout = drop;
     return 0;
 }

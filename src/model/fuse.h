@@ -25,11 +25,17 @@ int adapter_config_load(AdapterConfig *ac, const char *adapter_dir);
  * fp32, stored in the base dtype; full fine-tunes replace the weights) and
  * writes a Hugging Face model directory: config.json, safetensors shards of at
  * most max_shard_bytes (5 GB by default) with model.safetensors.index.json when
- * there is more than one, and the tokenizer files copied. */
-int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes);
-/* The memory fuse_model holds at its peak (headers and the adapter only
- * are read): the merged tensors' fp32 buffers, the base files and the
- * adapter file, all resident through their mappings by the last shard. */
+ * there is more than one, and the tokenizer files copied. An MLX-quantized
+ * module with an adapter is dequantized, merged and quantized again with its
+ * bits and group size (mlx_lm.fuse); with dequantize every quantized module
+ * is written dense in its scales' dtype and config.json loses its
+ * quantization (mlx_lm.fuse --dequantize). */
+int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes,
+               bool dequantize);
+/* The memory fuse_model holds at its peak for a model of plain matrices
+ * (headers and the adapter only are read): the merged tensors' fp32
+ * buffers, the base files and the adapter file, all resident through their
+ * mappings by the last shard. A quantized base is an error (not planned). */
 int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan);
 /* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json. */
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir);

@@ -41,7 +41,7 @@ static float *forward_blocks(Model *m, int B, int T) {
      * lowest trainable block's saved set (overwritten when that block runs) */
     BlockActs *ws = (train && !m->any_ckpt) ? &m->acts[0] : &m->work;
     float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
-    PROF(PROF_ELEMENT, embedding_forward(x, m->ids, m->embed, m->embed_t, N, d->C));
+    PROF(PROF_ELEMENT, fw_gather_rows(x, m->ids, N, &m->embed));
     for (int l = 0; l < d->L; l++) {
         bool tr = train && l >= d->lo;
         BlockActs a = (tr && !block_ckpt(m, l)) ? m->acts[l - d->lo] : *ws;
@@ -79,12 +79,13 @@ static int check_common(Model *m) {
     return 0;
 }
 
-/* The bf16 conversion scratch and oneDNN's scratchpad are library globals:
- * point them at this model's before computing (another model may have been
- * loaded since). */
+/* The bf16 conversion scratch, oneDNN's scratchpad and the panel scratch
+ * are library globals: point them at this model's before computing
+ * (another model may have been loaded since). */
 void model_bind_scratch(Model *m) {
     if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
     if (m->mm_pad) matmul_set_scratchpad(m->mm_pad, m->mm_pad_bytes);
+    if (m->panel_scratch) fw_set_panel_scratch(m->panel_scratch, m->panel_scratch_bytes);
 }
 
 int model_loss(Model *m, const int32_t *tokens, int B, int W,
@@ -101,8 +102,8 @@ int model_loss(Model *m, const int32_t *tokens, int B, int W,
     dora_update_norms(m);
     float *x = forward_blocks(m, B, T);
     rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, m->d.C);
-    *loss_sum = lmhead_xent(NULL, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
-                            m->lmhead_scratch, m->d.chunk, N, m->d.C, m->d.V);
+    *loss_sum = lmhead_xent(NULL, NULL, m->final_out, &m->lm_head, m->targets, m->row_weight,
+                            m->lmhead_scratch, m->d.chunk, N);
     m->d.dropout = drop;
     return 0;
 }
@@ -139,8 +140,8 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     memset(sc->dln, 0, (size_t)N * d->C * sizeof(float));
     prof_end(PROF_ELEMENT, t0);
     t0 = prof_begin();
-    double sum = lmhead_xent(sc->dln, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
-                             m->lmhead_scratch, d->chunk, N, d->C, d->V);
+    double sum = lmhead_xent(sc->dln, NULL, m->final_out, &m->lm_head, m->targets, m->row_weight,
+                             m->lmhead_scratch, d->chunk, N);
     prof_end(PROF_LMHEAD, t0);
     *loss = sum / (double)grad_scale;
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C));
@@ -168,7 +169,7 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits) {
     dora_update_norms(m);
     float *x = forward_blocks(m, B, T);
     rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, m->d.C);
-    lmhead_logits(logits, m->final_out, m->lm_head, m->lm_head_t, N, m->d.C, m->d.V);
+    lmhead_logits(logits, m->final_out, &m->lm_head, N);
     m->d.dropout = drop;
     return 0;
 }

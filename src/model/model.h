@@ -19,6 +19,7 @@
 #include "base/trainable.h"
 #include "formats/hf_config.h"
 #include "memory/plan.h"
+#include "kernels/frozen_weight.h"
 
 typedef enum { TUNE_LORA = 0, TUNE_DORA, TUNE_FULL, TUNE_NONE } TuneType;
 
@@ -57,9 +58,9 @@ typedef struct {
                                its activations before its backward pass */
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
-    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in
-                               (F32/BF16 in the file are used as stored; this
-                               applies to F16 files and to `--weights-dtype`) */
+    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in;
+                               converted at load when the file's differs
+                               (default: matmul_weight_dtype of the file's) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
@@ -125,6 +126,26 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */
+/* What the planner needs of the stored weights beyond config.json, read
+ * from the safetensors headers and config.json's quantization. */
+typedef struct {
+    DType file_dtype;       /* plain matrices' dtype; the scales' dtype when quantized */
+    bool quantized;         /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool bf16_compute;      /* some frozen product runs in bf16 */
+    int panel_cols;         /* widest matrix whose products expand panels (0: none) */
+    int bits_min, bits_max; /* of the quantized matrices */
+    size_t embed_bytes, lm_head_bytes, block_bytes; /* stored bytes (codes, scales, biases); lm_head 0 when tied */
+} WeightsSummary;
+/* Reads DIR's config.json quantization and safetensors headers; checks every
+ * quantized module's tensors. */
+int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);
+/* The stored matrices of DIR as FrozenWeights from the headers alone (data
+ * pointers NULL): matrix k = 0 the embedding, 1 the LM head, then
+ * PROJ_COUNT per block. *out is heap (mem_free). For the product shapes of
+ * quantized models (model_products). */
+int model_frozen_views(const char *model_dir, const ModelConfig *cfg, FrozenWeight **out, int *n);
+/* model_layout for a model directory whose headers were summarised. */
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv);
 /* model_layout for a known dtype of the file's matrices (model_layout takes
  * it from config.json's torch_dtype; model_load uses the real one). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
@@ -148,18 +169,21 @@ struct MatmulShape;
  * for every trainable block (a subset of its forward shapes); a sink that
  * sums FLOPs counts them for the checkpointed blocks only. */
 typedef void (*ProductSink)(void *ctx, const struct MatmulShape *shape, int block, ProductPhase phase);
-int model_products(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, const ProductBatch *batches,
-                   size_t n, ProductSink sink, void *ctx);
+/* ws: the summary of the model's files (model_weights_summary); views: the
+ * stored matrices (model_frozen_views) when some are quantized, else NULL. */
+int model_products(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws,
+                   const FrozenWeight *views, const ProductBatch *batches, size_t n, ProductSink sink, void *ctx);
 /* FLOPs of causal attention over rows x tokens (forward, or backward with
  * the score recompute); attention runs lmtune's own tiles, not oneDNN. */
 double model_attention_flops(const ModelConfig *cfg, int rows, int tokens, bool backward);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors
- * (HF names), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32, BF16
- * or F16. */
+ * (HF names; shards of at most 5 GB with model.safetensors.index.json for
+ * larger models), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32,
+ * BF16 or F16. */
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
 /* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
- * "qwen3-0.6b", "llama-3.2-1b", "tiny". The caller may then override
+ * "qwen3-0.6b", "llama-3.2-1b", "llama-3.1-8b", "tiny". The caller may then override
  * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
 /* Testing hook: DoRA's row norms are a stop-gradient, so finite differences

@@ -7,6 +7,8 @@
 #define LT_MODEL_INTERNAL_H
 #include "model/model.h"
 #include "formats/safetensors.h"
+#include "formats/mlx_quant.h"
+#include "kernels/frozen_weight.h"
 
 /* Dimensions of a run (maxima over the micro-batches the spec allows). */
 typedef struct {
@@ -23,20 +25,24 @@ typedef struct {
     bool train;           /* gradients and saved activations exist */
     bool dropout;         /* training with lora_dropout > 0 */
     bool qk_norm, bias;
-    DType file_dtype;     /* dtype of the matrices in the file */
+    DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
     DType run_dtype;      /* dtype the frozen matrices are used in */
     bool convert;         /* frozen matrices are converted into the arena */
+    bool quantized;       /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool bf16_compute;    /* some frozen product runs in bf16 (the conversion scratch exists) */
+    int panel_cols;       /* widest frozen matrix whose products expand panels (0: none) */
 } Dims;
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype);
+/* What the safetensors headers add to the dimensions (model_weights_summary). */
+int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
 /* in/out features of projection p. */
 void proj_shape(const Dims *d, int p, int *in, int *out);
 
 /* Parameters of one block: what forward and backward read. Gradient
  * pointers are NULL when the tensor is frozen. */
 typedef struct {
-    const void *w[PROJ_COUNT];  /* (out, in) */
-    DType wt[PROJ_COUNT];
+    FrozenWeight w[PROJ_COUNT]; /* (out, in); full fine-tuning: the fp32 masters, plain F32 */
     float *dw[PROJ_COUNT];      /* full fine-tuning */
     float *bias[3], *dbias[3];  /* q, k, v (attention_bias) */
     float *ln1, *dln1, *ln2, *dln2;
@@ -91,10 +97,9 @@ struct Model {
     bool st_open;
     Arena *arena;
 
-    const void *embed;        /* (V, C) */
-    DType embed_t;
-    const void *lm_head;      /* (V, C): embed when tied */
-    DType lm_head_t;
+    FrozenWeight embed;       /* (V, C) */
+    FrozenWeight lm_head;     /* (V, C): embed when tied (MLX's QuantizedEmbedding.as_linear) */
+    QuantConfig qc;           /* config.json's quantization (present = false for plain models) */
     float *final_norm;        /* (C) */
     BlockParams *blocks;      /* (L) heap */
 
@@ -121,6 +126,9 @@ struct Model {
     void *mm_pad;             /* oneDNN's scratchpad (spec.library_scratchpad) */
     size_t mm_pad_bytes;
 
+    void *panel_scratch;      /* expansion panels of the frozen products (frozen_weight.h) */
+    size_t panel_scratch_bytes;
+
     /* KV cache */
     float *kcache, *vcache;   /* (L, kv_T, KVD) */
     BlockActs dec;            /* (dec_rows) workspace */
@@ -142,6 +150,17 @@ static inline unsigned block_adapted_mask(const Model *m, int l) {
 
 /* Trainable block l keeps only its input (spec.grad_checkpoint or spec.ckpt_blocks). */
 static inline bool block_ckpt(const Model *m, int l) { return spec_block_ckpt(&m->spec, l); }
+
+/* model_weights.c: matrix k of the model (0 embedding, 1 LM head, then
+ * PROJ_COUNT per block): module path and (rows, cols). */
+int weights_matrix_count(const Dims *d);
+void weights_matrix(const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
+/* The stored matrix of `module` as a FrozenWeight (into st's mapping; plain
+ * matrices as stored, compute BF16 for BF16 and F32 otherwise). */
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+                 FrozenWeight *out, bool *quantized);
+int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
+void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */

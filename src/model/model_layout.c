@@ -70,11 +70,29 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
         return error_set("model: weights of dtype %s are not supported (F32, BF16, F16)", dtype_name(file_dtype));
     d->file_dtype = file_dtype;
-    if (file_dtype == DTYPE_F16 || (file_dtype == DTYPE_F32 && spec->weight_dtype == DTYPE_BF16)) {
+    if (file_dtype != spec->weight_dtype) { /* F16 always; BF16 -> F32 where bf16 products do not exist */
         d->convert = true; d->run_dtype = spec->weight_dtype;
     } else {
         d->convert = false; d->run_dtype = file_dtype;
     }
+    return 0;
+}
+
+int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
+    if (!ws->quantized) {
+        d->bf16_compute = d->run_dtype == DTYPE_BF16;
+        d->panel_cols = 0;
+        return 0;
+    }
+    if (spec->type == TUNE_FULL)
+        return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
+                         "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "
+                         "model (lmtune convert -d)");
+    d->quantized = true;
+    d->convert = false;
+    d->run_dtype = d->file_dtype;
+    d->bf16_compute = ws->bf16_compute;
+    d->panel_cols = ws->panel_cols;
     return 0;
 }
 
@@ -211,7 +229,9 @@ static void bind_trainables(Model *m) {
             NEXT(bp->ln1, bp->dln1);
             for (int p = 0; p < PROJ_COUNT; p++) {
                 float *w; NEXT(w, bp->dw[p]);
-                bp->w[p] = w; bp->wt[p] = DTYPE_F32;
+                int in, out;
+                proj_shape(d, p, &in, &out);
+                bp->w[p] = fw_plain(w, DTYPE_F32, out, in, DTYPE_F32);
                 if (d->bias && p <= PROJ_V) NEXT(bp->bias[p], bp->dbias[p]);
                 if (p == PROJ_V && d->qk_norm) { NEXT(bp->qn, bp->dqn); NEXT(bp->kn, bp->dkn); }
                 if (p == PROJ_O) NEXT(bp->ln2, bp->dln2);
@@ -267,10 +287,10 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     if (d->convert) {
         void *p;
         CARVE(cv, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight", (size_t)d->V * d->C * wsz, p);
-        m->embed = p;
+        m->embed.data = p;
         if (!cfg->tie_word_embeddings) {
             CARVE(cv, MEM_FROZEN_WEIGHTS, "lm_head.weight", (size_t)d->V * d->C * wsz, p);
-            m->lm_head = p;
+            m->lm_head.data = p;
         }
         for (int l = 0; l < d->L; l++) {
             if (block_full(m, l)) continue;
@@ -278,7 +298,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
                 int in, out; proj_shape(d, pj, &in, &out);
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[pj]);
                 CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)in * out * wsz, p);
-                m->blocks[l].w[pj] = p; m->blocks[l].wt[pj] = d->run_dtype;
+                m->blocks[l].w[pj].data = p;
             }
         }
     }
@@ -447,7 +467,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     }
 
     /* 6. bf16 conversion scratch of the matrix products */
-    if (d->run_dtype == DTYPE_BF16) {
+    if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
         size_t rows = (size_t)imax(imax(d->N, d->chunk), imax(d->dec_rows, d->r));
         size_t cols = max_in_out(d);
         size_t b = matmul_scratch_bytes(rows, cols);
@@ -457,21 +477,35 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         CARVE(cv, MEM_LIBRARY, "bf16 conversion scratch (matmul)", b, m->mm_scratch);
     }
 
-    /* 7. oneDNN's scratchpad, shared by every primitive (sized by the planner
+    /* 7. the panel the products with packed (or converted-on-the-fly) weights expand into */
+    if (d->panel_cols > 0) {
+        m->panel_scratch_bytes = fw_panel_scratch_bytes(d->panel_cols);
+        CARVE(cv, MEM_LIBRARY, "dequantization panel (frozen products)", m->panel_scratch_bytes, m->panel_scratch);
+    }
+
+    /* 8. oneDNN's scratchpad, shared by every primitive (sized by the planner
      * from the products the run will create, kernels/matmul.h) */
     if (spec->library_scratchpad > 0) {
         m->mm_pad_bytes = spec->library_scratchpad;
-        CARVE(cv, MEM_LIBRARY, "oneDNN scratchpad (largest need of the run's products)", m->mm_pad_bytes, m->mm_pad);
+        CARVE(cv, MEM_LIBRARY, "oneDNN scratchpad (largest need of the run's products)", m->mm_pad_bytes,
+              m->mm_pad);
     }
     return 0;
 }
 
-/* Planning entry point: the file's dtype is taken from config.json. */
+/* Planning entry point for a plain model whose matrices are of file_dtype. */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv) {
+    WeightsSummary ws;
+    weights_summary_plain(&ws, file_dtype);
+    return model_layout_summary(cfg, spec, &ws, cv);
+}
+
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv) {
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
     m->cfg = *cfg; m->spec = *spec;
-    int rc = dims_init(&m->d, cfg, spec, file_dtype);
+    int rc = dims_init(&m->d, cfg, spec, ws->file_dtype);
+    if (rc == 0) rc = dims_apply_summary(&m->d, spec, ws);
     if (rc == 0) {
         m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
         if (!m->blocks) rc = -1;

@@ -31,6 +31,7 @@ void model_free(Model *m) {
     if (!m) return;
     matmul_forget(m->mm_scratch, m->mm_pad);   /* they live in the arena, which goes with the model */
     if (m->st_open) st_model_close(&m->st);
+    quant_config_free(&m->qc);
     mem_free(m->blocks);
     mem_free(m->embed_rows);
     mem_free(m->trainables);
@@ -43,8 +44,8 @@ static int tensor_1d(Model *m, const char *name, int64_t n, const StTensor **t) 
     return st_model_expect(&m->st, name, 1, &n, t);
 }
 
-/* A matrix: shape checked, and every matrix must share the file's dtype
- * because the memory plan is made for one dtype. */
+/* A plain matrix of a plain model: shape checked, and every matrix must
+ * share the file's dtype because the memory plan is made for one dtype. */
 static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, const StTensor **t) {
     int64_t shape[2] = {rows, cols};
     TRY(st_model_expect(&m->st, name, 2, shape, t));
@@ -61,16 +62,30 @@ static int load_small(Model *m, const char *name, int64_t n, float *dst) {
     return 0;
 }
 
-static int load_matrix(Model *m, const char *name, int64_t rows, int64_t cols, const void **w, DType *wt, bool converted) {
+/* Frozen matrix `module` (rows, cols) into *fw (NULL: check only). In a
+ * quantized model every matrix is used as stored (packed or plain); in a
+ * plain one it is converted into the arena (fw->data set by the layout
+ * walk) or used in place. */
+static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenWeight *fw) {
+    if (m->d.quantized) {
+        FrozenWeight v;
+        bool q;
+        TRY(weights_view(&m->st, &m->qc, module, rows, cols, &v, &q));
+        if (fw) *fw = v;
+        return 0;
+    }
+    char name[200];
+    snprintf(name, sizeof name, "%s.weight", module);
     const StTensor *t;
     TRY(tensor_2d(m, name, rows, cols, &t));
-    if (!w) return 0;
-    if (converted) {
-        TRY(model_read_tensor(m, t, (void *)*w, m->d.run_dtype, (size_t)rows * cols));
-        *wt = m->d.run_dtype;
+    if (!fw) return 0;
+    if (m->d.convert) {
+        /* read with pread: the file's copy never becomes resident */
+        DType run = m->d.run_dtype;
+        TRY(model_read_tensor(m, t, (void *)fw->data, run, (size_t)rows * cols));
+        *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *w = t->data;
-        *wt = t->dtype;
+        *fw = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     }
     return 0;
 }
@@ -79,11 +94,11 @@ static int load_weights(Model *m, bool check_only) {
     const Dims *d = &m->d;
     bool none = check_only;
     char nm[160];
-    TRY(load_matrix(m, "model.embed_tokens.weight", d->V, d->C, none ? NULL : &m->embed, &m->embed_t, d->convert));
+    TRY(load_matrix(m, "model.embed_tokens", d->V, d->C, none ? NULL : &m->embed));
     if (m->cfg.tie_word_embeddings) {
-        m->lm_head = m->embed; m->lm_head_t = m->embed_t;
+        m->lm_head = m->embed;
     } else {
-        TRY(load_matrix(m, "lm_head.weight", d->V, d->C, none ? NULL : &m->lm_head, &m->lm_head_t, d->convert));
+        TRY(load_matrix(m, "lm_head", d->V, d->C, none ? NULL : &m->lm_head));
     }
     TRY(load_small(m, "model.norm.weight", d->C, none ? NULL : m->final_norm));
     for (int l = 0; l < d->L; l++) {
@@ -92,8 +107,8 @@ static int load_weights(Model *m, bool check_only) {
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
         for (int p = 0; p < PROJ_COUNT; p++) {
             int in, out; proj_shape(d, p, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
-            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p], &bp->wt[p], d->convert));
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p]));
             if (d->bias && p <= PROJ_V) {
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
                 TRY(load_small(m, nm, out, full ? NULL : bp->bias[p]));
@@ -113,29 +128,14 @@ static int load_weights(Model *m, bool check_only) {
     return 0;
 }
 
-/* ||W row||^2 of each DoRA-adapted base matrix, in the dtype it is used in. */
+/* ||W row||^2 of each DoRA-adapted base matrix, of the weights the products use. */
 static void dora_base_norms(Model *m) {
     if (m->spec.type != TUNE_DORA) return;
     const Dims *d = &m->d;
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(bp->adapted >> p & 1u)) continue;
-            int in, out; proj_shape(d, p, &in, &out);
-            const void *w = bp->w[p];
-            DType wt = bp->wt[p];
-            float *dst = bp->wnorm2[p];
-            #pragma omp parallel for schedule(static)
-            for (int o = 0; o < out; o++) {
-                double s = 0;
-                for (int i = 0; i < in; i++) {
-                    size_t k = (size_t)o * in + i;
-                    double v = wt == DTYPE_F32 ? ((const float *)w)[k] : bf16_to_f32(((const uint16_t *)w)[k]);
-                    s += v * v;
-                }
-                dst[o] = (float)s;
-            }
-        }
+        for (int p = 0; p < PROJ_COUNT; p++)
+            if (bp->adapted >> p & 1u) fw_row_norms2(bp->wnorm2[p], &bp->w[p]);
     }
 }
 
@@ -151,11 +151,18 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     int rc = hf_config_load(&m->cfg, cfg_path);
     mem_free(cfg_path);
     if (rc < 0) goto fail;
+    cfg_path = path_join(model_dir, "config.json");
+    if (!cfg_path) goto fail;
+    rc = quant_config_load(&m->qc, cfg_path);
+    mem_free(cfg_path);
+    if (rc < 0) goto fail;
     if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
     m->st_open = true;
-    const StTensor *e = st_model_find(&m->st, "model.embed_tokens.weight");
-    if (!e) { error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); goto fail; }
-    if (dims_init(&m->d, &m->cfg, spec, e->dtype) < 0) goto fail;
+    WeightsSummary ws;
+    /* every quantized module checked, then every tensor, before a byte of the arena is used */
+    if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;
+    if (dims_init(&m->d, &m->cfg, spec, ws.file_dtype) < 0) goto fail;
+    if (dims_apply_summary(&m->d, spec, &ws) < 0) goto fail;
     if (spec->embed_rows) {
         /* the model keeps its own copy: the caller's (a plan's) may go first */
         size_t words = ((size_t)m->d.V + 63) / 64;
@@ -166,8 +173,7 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     }
     m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
     if (!m->blocks) goto fail;
-    /* every tensor checked before a byte of the arena is used */
-    if (model_check_tensors(&m->cfg, &m->st) < 0) goto fail;
+    if (model_check_tensors_quant(&m->cfg, &m->st, &m->qc) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;

@@ -18,6 +18,7 @@
 
 typedef struct {
     const Model *m;
+    const FrozenWeight *views;  /* stored matrices (quantized models), or NULL */
     ProductSink sink;
     void *ctx;
 } Emit;
@@ -25,6 +26,54 @@ typedef struct {
 static void put(const Emit *e, MatmulShape s, int block, ProductPhase phase) {
     e->sink(e->ctx, &s, block, phase);
 }
+
+/* The frozen products go through frozen_weight.c: its shape functions
+ * report each product, tagged here with the block and the phase. */
+typedef struct {
+    const Emit *e;
+    int block;
+    ProductPhase phase;
+} Tagged;
+
+static void tagged(void *ctx, const MatmulShape *s) {
+    const Tagged *t = ctx;
+    t->e->sink(t->e->ctx, s, t->block, t->phase);
+}
+
+/* Matrix k (0 embedding, 1 LM head, 2 + 7 l + p) when it is not multiplied
+ * directly (packed or expanded in panels), else NULL. */
+static const FrozenWeight *panelled(const Emit *e, int k) {
+    if (!e->views || fw_is_direct(&e->views[k])) return NULL;
+    return &e->views[k];
+}
+
+/* fw_linear_forward of frozen matrix k: out (N, out) = x (N, in) W^T. */
+static void frozen_forward(const Emit *e, int k, int N, int in, int od, bool bias, bool have_x, int block,
+                           ProductPhase ph) {
+    const FrozenWeight *w = panelled(e, k);
+    if (!w) {
+        put(e, matmul_shape_linear_forward(N, in, od, e->m->d.run_dtype, bias), block, ph);
+        return;
+    }
+    Tagged t = {e, block, ph};
+    fw_forward_shapes(w, N, bias, have_x, tagged, &t);
+}
+
+/* fw_linear_backward_dinp of frozen matrix k. */
+static void frozen_dinp(const Emit *e, int k, int N, int in, int od, float beta, size_t ld16, int block,
+                        ProductPhase ph) {
+    const FrozenWeight *w = panelled(e, k);
+    if (!w) {
+        DType wt = e->m->d.run_dtype;
+        put(e, ld16 && wt == DTYPE_BF16 ? matmul_shape_dinp_bf16_dout(ld16, N, in, od, beta)
+                                        : matmul_shape_linear_dinp(N, in, od, wt, beta), block, ph);
+        return;
+    }
+    Tagged t = {e, block, ph};
+    fw_dinp_shapes(w, N, beta, ld16, tagged, &t);
+}
+
+static int matrix_of(int l, int p) { return 2 + PROJ_COUNT * l + p; }
 
 /* proj_forward: the base product (unless skip_base) and the LoRA branch. */
 static void emit_proj_forward(const Emit *e, int l, int p, int N, bool skip_base, ProductPhase ph) {
@@ -36,8 +85,8 @@ static void emit_proj_forward(const Emit *e, int l, int p, int N, bool skip_base
     bool adapted = bp->adapted >> p & 1u;
     bool dora = adapted && m->spec.type == TUNE_DORA;
     bool bias = d->bias && p <= PROJ_V && !dora;
-    DType wt = block_is_full(m, l) ? DTYPE_F32 : d->run_dtype;
-    if (!skip_base) put(e, matmul_shape_linear_forward(N, in, od, wt, bias), l, ph);
+    if (!skip_base && block_is_full(m, l)) put(e, matmul_shape_linear_forward(N, in, od, DTYPE_F32, bias), l, ph);
+    else if (!skip_base) frozen_forward(e, matrix_of(l, p), N, in, od, bias, true, l, ph);
     if (!adapted) return;
     put(e, matmul_shape_gemm(N, d->r, in, false, false, 1.0f, 0.0f), l, ph);
     if (!skip_base) put(e, matmul_shape_gemm(N, od, d->r, false, false, m->spec.lora_scale, 1.0f), l, ph);
@@ -58,14 +107,18 @@ static void emit_proj_backward(const Emit *e, int l, int p, int N, bool dx, bool
     proj_shape(d, p, &in, &od);
     bool adapted = bp->adapted >> p & 1u;
     bool full = block_is_full(m, l);
-    DType wt = full ? DTYPE_F32 : d->run_dtype;
     float scale = m->spec.lora_scale;
     if (adapted && m->spec.type == TUNE_DORA) {
-        put(e, matmul_shape_linear_forward(N, in, od, wt, false), l, PRODUCT_BACKWARD);
+        frozen_forward(e, matrix_of(l, p), N, in, od, false, true, l, PRODUCT_BACKWARD);
         put(e, matmul_shape_gemm(N, od, d->r, false, false, scale, 1.0f), l, PRODUCT_BACKWARD);
     }
-    if (dx) put(e, matmul_shape_linear_dinp(N, in, od, wt, dx_set ? 0.0f : 1.0f), l, PRODUCT_BACKWARD);
-    if (full) put(e, matmul_shape_linear_dweight(N, in, od), l, PRODUCT_BACKWARD);
+    if (full) {
+        /* trainable weight: one call, dx (when wanted) and dW */
+        if (dx) put(e, matmul_shape_linear_dinp(N, in, od, DTYPE_F32, dx_set ? 0.0f : 1.0f), l, PRODUCT_BACKWARD);
+        put(e, matmul_shape_linear_dweight(N, in, od), l, PRODUCT_BACKWARD);
+    } else if (dx) {
+        frozen_dinp(e, matrix_of(l, p), N, in, od, dx_set ? 0.0f : 1.0f, 0, l, PRODUCT_BACKWARD);
+    }
     if (!adapted) return;
     int r = d->r;
     put(e, matmul_shape_gemm(r, od, N, true, false, scale, 1.0f), l, PRODUCT_BACKWARD);
@@ -87,6 +140,12 @@ static void emit_block_backward(const Emit *e, int l, int N) {
     emit_proj_backward(e, l, PROJ_V, N, need_dx, false);
 }
 
+/* The LM head's products run in bf16 (its compute type). */
+static bool lmhead_bf16(const Emit *e) {
+    if (e->views) return e->views[1].compute == DTYPE_BF16;
+    return e->m->d.run_dtype == DTYPE_BF16;
+}
+
 /* lmhead_xent over `rows` counted positions: rows / chunk full chunks and
  * the remainder (padded to lmhead_product_rows), each product once per
  * chunk (sinks that sum FLOPs see every one). */
@@ -98,12 +157,10 @@ static void emit_lmhead(const Emit *e, long rows, bool grad) {
         long counted = c < full ? chunk : rest;
         if (counted <= 0) continue;
         int n = lmhead_product_rows((int)counted, chunk);
-        put(e, matmul_shape_linear_forward(n, d->C, d->V, d->run_dtype, false), -1, PRODUCT_LMHEAD);
+        bool bf = lmhead_bf16(e);
+        frozen_forward(e, 1, n, d->C, d->V, false, !bf, -1, PRODUCT_LMHEAD);
         if (!grad) continue;
-        if (d->run_dtype == DTYPE_BF16)
-            put(e, matmul_shape_dinp_bf16_dout((size_t)d->V, n, d->C, d->V, 0.0f), -1, PRODUCT_LMHEAD);
-        else
-            put(e, matmul_shape_gemm(n, d->C, d->V, false, false, 1.0f, 0.0f), -1, PRODUCT_LMHEAD);
+        frozen_dinp(e, 1, n, d->C, d->V, 0.0f, bf ? (size_t)d->V : 0, -1, PRODUCT_LMHEAD);
     }
 }
 
@@ -117,7 +174,7 @@ static void emit_dora_norms(const Emit *e) {
             if (!(m->blocks[l].adapted >> p & 1u)) continue;
             int in, od;
             proj_shape(d, p, &in, &od);
-            put(e, matmul_shape_linear_forward(d->r, in, od, d->run_dtype, false), l, PRODUCT_DORA_NORMS);
+            frozen_forward(e, matrix_of(l, p), d->r, in, od, false, true, l, PRODUCT_DORA_NORMS);
             put(e, matmul_shape_gemm(d->r, d->r, in, true, false, 1.0f, 0.0f), l, PRODUCT_DORA_NORMS);
             put(e, matmul_shape_gemm(d->r, od, d->r, false, false, 1.0f, 0.0f), l, PRODUCT_DORA_NORMS);
         }
@@ -137,7 +194,7 @@ static void emit_batch(const Emit *e, const ProductBatch *b) {
             left -= rows;
         }
         for (int l = 0; l < d->L; l++) emit_block_forward(e, l, 1, false);
-        put(e, matmul_shape_linear_forward(1, d->C, d->V, d->run_dtype, false), -1, PRODUCT_LMHEAD);
+        frozen_forward(e, 1, 1, d->C, d->V, false, true, -1, PRODUCT_LMHEAD);
         return;
     }
     if (N <= 0 || b->lm_rows <= 0) return;   /* nothing counted: the model returns before any product */
@@ -151,20 +208,21 @@ static void emit_batch(const Emit *e, const ProductBatch *b) {
     }
 }
 
-int model_products(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, const ProductBatch *batches,
-                   size_t n, ProductSink sink, void *ctx) {
+int model_products(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws,
+                   const FrozenWeight *views, const ProductBatch *batches, size_t n, ProductSink sink, void *ctx) {
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
     m->cfg = *cfg;
     m->spec = *spec;
-    int rc = dims_init(&m->d, cfg, spec, file_dtype);
+    int rc = dims_init(&m->d, cfg, spec, ws->file_dtype);
+    if (rc == 0) rc = dims_apply_summary(&m->d, spec, ws);
     if (rc == 0) {
         m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
         if (!m->blocks) rc = -1;
     }
     if (rc == 0) {
         for (int l = 0; l < m->d.L; l++) m->blocks[l].adapted = block_adapted_mask(m, l);
-        Emit e = {m, sink, ctx};
+        Emit e = {m, m->d.quantized ? views : NULL, sink, ctx};
         for (size_t i = 0; i < n; i++) emit_batch(&e, &batches[i]);
     }
     mem_free(m->blocks);

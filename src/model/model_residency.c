@@ -39,61 +39,85 @@ static int ranges_push(Ranges *rs, size_t begin, size_t end) {
     return 0;
 }
 
-/* Where the file holding `name` is in the model and where its bytes are. */
-static const StTensor *locate(const StModel *st, const char *name, size_t *file, size_t *base) {
-    const StFile *f;
-    const StTensor *t = st_model_find_in(st, name, &f);
-    if (!t) return NULL;
-    *file = (size_t)(f - st->files);
-    *base = 8 + f->header_len;
-    return t;
-}
-
-static int add_tensor(Ranges *per_file, const StModel *st, const char *name) {
-    size_t file, base;
-    const StTensor *t = locate(st, name, &file, &base);
-    if (!t) return error_set("%s: tensor %s is missing", st->dir, name);
-    return ranges_push(&per_file[file], base + t->begin, base + t->end);
-}
-
-/* Rows of the embedding the run reads: every row, or those set in rows_used. */
-static int add_embedding(Ranges *per_file, const StModel *st, const Dims *d, const uint64_t *rows_used,
-                         size_t *rows) {
-    size_t file, base;
-    const StTensor *t = locate(st, "model.embed_tokens.weight", &file, &base);
-    if (!t) return error_set("%s: tensor model.embed_tokens.weight is missing", st->dir);
-    if (!rows_used) {
-        *rows = (size_t)d->V;
-        return ranges_push(&per_file[file], base + t->begin, base + t->end);
+/* The stored tensors of a module: module.weight, or its codes, scales and
+ * biases when it is MLX-quantized. */
+static int module_tensors(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+                          const StTensor *t[3], int *n) {
+    QuantParams qp;
+    int q = qc ? quant_module(qc, st, module, &qp) : 0;
+    TRY(q);
+    if (q == 1) {
+        QuantTensors qt;
+        TRY(quant_module_tensors(st, module, rows, cols, &qp, &qt));
+        t[0] = qt.codes;
+        t[1] = qt.scales;
+        t[2] = qt.biases;
+        *n = 3;
+        return 0;
     }
-    size_t row_bytes = (t->end - t->begin) / (size_t)d->V;
-    *rows = 0;
-    for (int v = 0; v < d->V; v++) {
-        if (!(rows_used[v >> 6] >> (v & 63) & 1u)) continue;
-        size_t b = base + t->begin + (size_t)v * row_bytes;
-        TRY(ranges_push(&per_file[file], b, b + row_bytes));
-        (*rows)++;
+    char name[200];
+    snprintf(name, sizeof name, "%s.weight", module);
+    t[0] = st_model_find(st, name);
+    if (!t[0]) return error_set("%s: tensor %s is missing", st->dir, name);
+    *n = 1;
+    return 0;
+}
+
+static size_t file_of(const StModel *st, const StTensor *t) {
+    for (size_t i = 0; i < st->n_files; i++)
+        if (t >= st->files[i].tensors && t < st->files[i].tensors + st->files[i].n_tensors) return i;
+    return 0;
+}
+
+/* A module's stored tensors: every byte, or only the rows set in rows_used. */
+static int add_module(Ranges *per_file, const StModel *st, const QuantConfig *qc, const char *module, int rows,
+                      int cols, const uint64_t *rows_used, size_t *rows_read) {
+    const StTensor *t[3];
+    int n = 0;
+    TRY(module_tensors(st, qc, module, rows, cols, t, &n));
+    if (rows_read) *rows_read = 0;
+    for (int i = 0; i < n; i++) {
+        size_t f = file_of(st, t[i]);
+        size_t base = 8 + st->files[f].header_len;
+        if (!rows_used) {
+            TRY(ranges_push(&per_file[f], base + t[i]->begin, base + t[i]->end));
+            if (rows_read) *rows_read = (size_t)rows;
+            continue;
+        }
+        size_t row_bytes = (t[i]->end - t[i]->begin) / (size_t)rows;
+        size_t count = 0;
+        for (int v = 0; v < rows; v++) {
+            if (!(rows_used[v >> 6] >> (v & 63) & 1u)) continue;
+            size_t b = base + t[i]->begin + (size_t)v * row_bytes;
+            TRY(ranges_push(&per_file[f], b, b + row_bytes));
+            count++;
+        }
+        if (rows_read) *rows_read = count;
     }
     return 0;
 }
 
 /* The ranges of each group, per file: groups[g * n_files + file]. */
-static int collect(const StModel *st, const ModelConfig *cfg, const ModelSpec *spec, const Dims *d,
-                   Ranges *groups, size_t *embed_rows) {
+static int collect(const StModel *st, const QuantConfig *qc, const ModelConfig *cfg, const ModelSpec *spec,
+                   const Dims *d, Ranges *groups, size_t *embed_rows) {
     *embed_rows = 0;
     size_t nf = st->n_files;
     if (d->convert) return 0;   /* every matrix is converted into the arena */
-    char nm[160];
+    char module[160];
     for (int l = 0; l < d->L; l++) {
         if (spec->type == TUNE_FULL && l >= d->lo) continue;  /* copied to fp32 masters */
         for (int p = 0; p < PROJ_COUNT; p++) {
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
-            TRY(add_tensor(groups + GROUP_BLOCKS * nf, st, nm));
+            int in, out;
+            proj_shape(d, p, &in, &out);
+            snprintf(module, sizeof module, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+            TRY(add_module(groups + GROUP_BLOCKS * nf, st, qc, module, out, in, NULL, NULL));
         }
     }
-    if (cfg->tie_word_embeddings) return add_embedding(groups + GROUP_LMHEAD * nf, st, d, NULL, embed_rows);
-    TRY(add_tensor(groups + GROUP_LMHEAD * nf, st, "lm_head.weight"));
-    return add_embedding(groups + GROUP_EMBED * nf, st, d, spec->embed_rows, embed_rows);
+    if (cfg->tie_word_embeddings)
+        return add_module(groups + GROUP_LMHEAD * nf, st, qc, "model.embed_tokens", d->V, d->C, NULL, embed_rows);
+    TRY(add_module(groups + GROUP_LMHEAD * nf, st, qc, "lm_head", d->V, d->C, NULL, NULL));
+    return add_module(groups + GROUP_EMBED * nf, st, qc, "model.embed_tokens", d->V, d->C, spec->embed_rows,
+                      embed_rows);
 }
 
 static void free_groups(Ranges *groups, size_t nf) {
@@ -119,18 +143,27 @@ static ByteRange *gather(const Ranges *groups, size_t nf, int g, size_t f, size_
 }
 
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
+    WeightsSummary ws;
+    TRY(model_weights_summary(model_dir, cfg, &ws));
+    char *cfg_path = path_join(model_dir, "config.json");
+    TRY_PTR(cfg_path);
+    QuantConfig qc;
+    int rc = quant_config_load(&qc, cfg_path);
+    mem_free(cfg_path);
+    TRY(rc);
     StModel st;
-    TRY(st_model_open(&st, model_dir, true));
-    int rc = 0;
+    if (st_model_open(&st, model_dir, true) < 0) {
+        quant_config_free(&qc);
+        return -1;
+    }
     Dims d;
-    const StTensor *e = st_model_find(&st, "model.embed_tokens.weight");
-    if (!e) rc = error_set("%s: tensor model.embed_tokens.weight is missing", model_dir);
-    if (rc == 0) rc = dims_init(&d, cfg, spec, e->dtype);
+    rc = dims_init(&d, cfg, spec, ws.file_dtype);
+    if (rc == 0) rc = dims_apply_summary(&d, spec, &ws);
     size_t nf = st.n_files;
     Ranges *groups = mem_calloc(GROUP_COUNT * nf, sizeof *groups);
     if (!groups) rc = -1;
     size_t embed_rows = 0;
-    if (rc == 0) rc = collect(&st, cfg, spec, &d, groups, &embed_rows);
+    if (rc == 0) rc = collect(&st, &qc, cfg, spec, &d, groups, &embed_rows);
     /* each group is charged the pages it adds to the groups before it, so
      * a page two tensors share is counted once */
     size_t pg = file_page_size(), pages_by_group[GROUP_COUNT] = {0};
@@ -152,7 +185,11 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const Mode
     char nm[96];
     int frozen = spec->type == TUNE_FULL ? d.lo : d.L;
     if (rc == 0 && pages_by_group[GROUP_BLOCKS]) {
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(d.file_dtype));
+        if (ws.quantized)
+            snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %d-%d-bit codes + %s scales/biases)", frozen,
+                     ws.bits_min, ws.bits_max, dtype_name(ws.file_dtype));
+        else
+            snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(d.file_dtype));
         rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, pages_by_group[GROUP_BLOCKS] * pg, false);
     }
     if (rc == 0 && pages_by_group[GROUP_LMHEAD]) {
@@ -166,6 +203,7 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const Mode
     }
     free_groups(groups, nf);
     st_model_close(&st);
+    quant_config_free(&qc);
     return rc;
 }
 
@@ -175,7 +213,7 @@ int model_keep_resident(Model *m) {
     Ranges *groups = mem_calloc(GROUP_COUNT * nf, sizeof *groups);
     if (!groups) return -1;
     size_t rows;
-    int rc = collect(&m->st, &m->cfg, &m->spec, &m->d, groups, &rows);
+    int rc = collect(&m->st, &m->qc, &m->cfg, &m->spec, &m->d, groups, &rows);
     for (size_t f = 0; rc == 0 && f < nf; f++) {
         size_t n;
         ByteRange *all = gather(groups, nf, GROUP_COUNT - 1, f, &n);

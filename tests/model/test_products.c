@@ -70,7 +70,10 @@ static void run_case(const char *what, const ModelConfig *cfg, DType file_dtype,
     int32_t l2[2] = {9, 5}, o2[2] = {0, 0};
     pb[2] = (ProductBatch){2, 8, counted(l2, o2, 2), false, false};
     Listed *want = calloc(1, sizeof *want);
-    CHECK(model_products(cfg, &spec, file_dtype, pb, 3, sink, want) == 0);
+    WeightsSummary ws;
+    memset(&ws, 0, sizeof ws);
+    ws.file_dtype = file_dtype;
+    CHECK(model_products(cfg, &spec, &ws, NULL, pb, 3, sink, want) == 0);
     MatmulPlan mp;
     CHECK(matmul_plan(want->s, want->n, &mp) == 0);
     spec.library_scratchpad = mp.scratchpad_bytes;

@@ -1,0 +1,158 @@
+/* model_weights.c: the frozen matrices of a model directory as they are
+ * stored: which are MLX-quantized (config.json's quantization and the
+ * PATH.scales tensors, formats/mlx_quant.h) and which plain, summarised
+ * for the planner from the safetensors headers alone (model_weights_summary),
+ * and the same walk on the real files when a model is loaded. */
+#include "model/model_internal.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include <stdio.h>
+#include <string.h>
+
+/* Matrix k of a model: 0 the embedding, 1 the LM head, then 7 per block. */
+int weights_matrix_count(const Dims *d) { return 2 + PROJ_COUNT * d->L; }
+
+void weights_matrix(const Dims *d, int k, char *module, size_t cap, int *rows, int *cols) {
+    if (k < 2) {
+        snprintf(module, cap, "%s", k == 0 ? "model.embed_tokens" : "lm_head");
+        *rows = d->V;
+        *cols = d->C;
+        return;
+    }
+    int l = (k - 2) / PROJ_COUNT, p = (k - 2) % PROJ_COUNT;
+    snprintf(module, cap, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+    proj_shape(d, p, cols, rows);
+}
+
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+                 FrozenWeight *out, bool *quantized) {
+    QuantParams qp;
+    int q = quant_module(qc, st, module, &qp);
+    TRY(q);
+    *quantized = q == 1;
+    char name[200];
+    if (q == 1) {
+        QuantTensors qt;
+        TRY(quant_module_tensors(st, module, rows, cols, &qp, &qt));
+        *out = fw_affine(qt.codes->data, qt.scales->data, qt.biases->data, qt.scales->dtype, qp.bits, qp.group,
+                         rows, cols);
+        return 0;
+    }
+    snprintf(name, sizeof name, "%s.weight", module);
+    int64_t shape[2] = {rows, cols};
+    const StTensor *t;
+    TRY(st_model_expect(st, name, 2, shape, &t));
+    *out = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+    return 0;
+}
+
+static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws) {
+    memset(ws, 0, sizeof *ws);
+    ModelSpec none = {0};
+    none.type = TUNE_NONE;
+    none.weight_dtype = DTYPE_F32;
+    Dims d;
+    TRY(dims_init(&d, cfg, &none, DTYPE_F32));
+    ws->bits_min = 32;
+    DType plain = DTYPE_COUNT, scales = DTYPE_COUNT;
+    for (int k = 0; k < weights_matrix_count(&d); k++) {
+        if (k == 1 && cfg->tie_word_embeddings) continue;
+        char module[160];
+        int rows, cols;
+        weights_matrix(&d, k, module, sizeof module, &rows, &cols);
+        FrozenWeight w;
+        bool q;
+        TRY(weights_view(st, qc, module, rows, cols, &w, &q));
+        size_t bytes = fw_storage_bytes(&w);
+        if (k == 0) ws->embed_bytes = bytes;
+        else if (k == 1) ws->lm_head_bytes = bytes;
+        else ws->block_bytes += bytes;
+        if (q) {
+            ws->quantized = true;
+            if (scales == DTYPE_COUNT) scales = w.dtype;
+            if (w.bits < ws->bits_min) ws->bits_min = w.bits;
+            if (w.bits > ws->bits_max) ws->bits_max = w.bits;
+        } else if (plain == DTYPE_COUNT) {
+            plain = w.dtype;
+        }
+        if (w.compute == DTYPE_BF16) ws->bf16_compute = true;
+        if (!fw_is_direct(&w) && cols > ws->panel_cols) ws->panel_cols = cols;
+    }
+    if (!ws->quantized) ws->bits_min = 0;
+    ws->file_dtype = ws->quantized ? scales : plain;
+    return 0;
+}
+
+int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws) {
+    char *cfg_path = path_join(model_dir, "config.json");
+    TRY_PTR(cfg_path);
+    QuantConfig qc;
+    int rc = quant_config_load(&qc, cfg_path);
+    mem_free(cfg_path);
+    TRY(rc);
+    StModel st;
+    if (st_model_open(&st, model_dir, true) < 0) {
+        quant_config_free(&qc);
+        return -1;
+    }
+    rc = summarise(&st, cfg, &qc, ws);
+    st_model_close(&st);
+    quant_config_free(&qc);
+    return rc;
+}
+
+int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws) {
+    return summarise(st, cfg, qc, ws);
+}
+
+/* A plain model as config.json describes it (no headers): the summary
+ * model_layout and the tests' plans assume. */
+void weights_summary_plain(WeightsSummary *ws, DType file_dtype) {
+    memset(ws, 0, sizeof *ws);
+    ws->file_dtype = file_dtype;
+}
+
+int model_frozen_views(const char *model_dir, const ModelConfig *cfg, FrozenWeight **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    char *cfg_path = path_join(model_dir, "config.json");
+    TRY_PTR(cfg_path);
+    QuantConfig qc;
+    int rc = quant_config_load(&qc, cfg_path);
+    mem_free(cfg_path);
+    TRY(rc);
+    StModel st;
+    if (st_model_open(&st, model_dir, true) < 0) {
+        quant_config_free(&qc);
+        return -1;
+    }
+    ModelSpec none = {0};
+    none.type = TUNE_NONE;
+    none.weight_dtype = DTYPE_F32;
+    Dims d;
+    rc = dims_init(&d, cfg, &none, DTYPE_F32);
+    int count = rc == 0 ? weights_matrix_count(&d) : 0;
+    FrozenWeight *v = rc == 0 ? mem_calloc((size_t)count, sizeof *v) : NULL;
+    if (rc == 0 && !v) rc = -1;
+    for (int k = 0; rc == 0 && k < count; k++) {
+        if (k == 1 && cfg->tie_word_embeddings) {
+            v[1] = v[0];
+            continue;
+        }
+        char module[160];
+        int rows, cols;
+        weights_matrix(&d, k, module, sizeof module, &rows, &cols);
+        bool q;
+        rc = weights_view(&st, &qc, module, rows, cols, &v[k], &q);
+    }
+    st_model_close(&st);
+    quant_config_free(&qc);
+    if (rc < 0) {
+        mem_free(v);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
