@@ -4,13 +4,16 @@
  * model (biases, q/k norms) training only its last block, a tiny model runs
  * two training batches of different shapes and one evaluation batch; the
  * shapes of the primitives alive in matmul.c's cache afterwards must be the
- * set model_products gives for the same batches, element for element. Also
+ * set model_products gives for the same batches, element for element; and
+ * for a 4-bit MLX-quantized base (QLoRA), whose frozen products run on
+ * expanded panels with strided operands. Also
  * the FLOPs it reports add up: the recompute products of a block are its
  * forward ones without the down projection's base product. */
 #include "check.h"
 #include "model_testutil.h"
 #include "data/batching.h"
 #include "kernels/matmul.h"
+#include "model/convert.h"
 #include <math.h>
 #include <unistd.h>
 
@@ -49,10 +52,18 @@ static long counted(const int32_t *lengths, const int32_t *offsets, int B) {
     return n;
 }
 
-static void run_case(const char *what, const ModelConfig *cfg, DType file_dtype, ModelSpec spec) {
-    char dir[128];
+/* quantize: the model is converted to MLX's 4-bit affine format first (QLoRA). */
+static void run_case_q(const char *what, const ModelConfig *cfg, DType file_dtype, ModelSpec spec, bool quantize) {
+    char dir[128], src[160];
     snprintf(dir, sizeof dir, "/tmp/lmtune_products_%d", (int)getpid());
-    CHECK(model_init_random(dir, cfg, file_dtype, 5) == 0);
+    snprintf(src, sizeof src, "%s_src", dir);
+    CHECK(model_init_random(quantize ? src : dir, cfg, file_dtype, 5) == 0);
+    if (quantize) {
+        ConvertOptions co = {src, dir, true, false, 32, 4, "affine", NULL, "bfloat16", 0};
+        FILE *devnull = fopen("/dev/null", "w");
+        CHECK(convert_model(&co, devnull) == 0);
+        fclose(devnull);
+    }
     spec.max_rows = 2;
     spec.max_tokens = 16;
     spec.training = true;
@@ -71,17 +82,26 @@ static void run_case(const char *what, const ModelConfig *cfg, DType file_dtype,
     pb[2] = (ProductBatch){2, 8, counted(l2, o2, 2), false, false};
     Listed *want = calloc(1, sizeof *want);
     WeightsSummary ws;
-    memset(&ws, 0, sizeof ws);
-    ws.file_dtype = file_dtype;
-    CHECK(model_products(cfg, &spec, &ws, NULL, pb, 3, sink, want) == 0);
+    CHECK(model_weights_summary(dir, cfg, &ws) == 0);
+    CHECK(ws.quantized == quantize);
+    FrozenWeight *views = NULL;
+    int n_views = 0;
+    if (quantize) CHECK(model_frozen_views(dir, cfg, &views, &n_views) == 0);
+    CHECK(model_products(cfg, &spec, &ws, views, pb, 3, sink, want) == 0);
+    mem_free(views);
     MatmulPlan mp;
     CHECK(matmul_plan(want->s, want->n, &mp) == 0);
     spec.library_scratchpad = mp.scratchpad_bytes;
 
-    Model *m;
-    Arena arena;
-    size_t planned;
-    if (load_planned(&m, &arena, &planned, dir, cfg, &spec, file_dtype) < 0) {
+    Model *m = NULL;
+    Arena arena = {0};
+    MemPlan lp = {0};
+    Carver lcv = {NULL, &lp};
+    int lrc = model_layout_summary(cfg, &spec, &ws, &lcv);
+    if (lrc == 0) lrc = arena_init(&arena, plan_arena_bytes(&lp));
+    plan_free(&lp);
+    if (lrc == 0) lrc = model_load(&m, dir, &spec, &arena);
+    if (lrc < 0) {
         CHECK_MSG(0, "%s: %s", what, error_message());
         free(want);
         return;
@@ -141,9 +161,13 @@ static void run_case(const char *what, const ModelConfig *cfg, DType file_dtype,
     model_free(m);
     arena_free(&arena);
     free(want);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, src);
     CHECK(system(cmd) == 0);
+}
+
+static void run_case(const char *what, const ModelConfig *cfg, DType file_dtype, ModelSpec spec) {
+    run_case_q(what, cfg, file_dtype, spec, false);
 }
 
 int main(void) {
@@ -177,6 +201,9 @@ int main(void) {
     ModelSpec last = lora;
     last.num_layers = 1;
     run_case("qwen-style (biases, q/k norms), LoRA on the last block", &qwen, DTYPE_F32, last);
+    /* QLoRA: 4-bit MLX affine weights with bf16 scales; the frozen products
+     * expand panels (frozen_weight.c), the decoding GEMV takes no primitive */
+    run_case_q("QLoRA, 4-bit base, every projection", &cfg, DTYPE_F32, lora, true);
     matmul_release_all();
     return check_finish("model/products");
 }
