@@ -38,6 +38,28 @@ def config_model(name, cfg, dtype="f32", tokenizer=None):
     return d
 
 
+def quantized(src, name):
+    """An MLX 4-bit affine copy of src (lmtune convert -q), for QLoRA."""
+    d = os.path.join(WORK, f"mem-{name}")
+    if not os.path.exists(os.path.join(d, "config.json")):
+        run([LMTUNE, "convert", "--hf-path", src, "--mlx-path", d, "-q", "--q-bits", "4", "--q-group-size", "64"])
+    return d
+
+
+def gguf_of(src, name):
+    """A GGUF q8_0 file of src: a one-step adapter fused and exported (fuse --export-gguf)."""
+    path = os.path.join(WORK, f"mem-{name}.gguf")
+    if os.path.exists(path):
+        return path
+    ad, fused = os.path.join(WORK, f"mem-{name}-ad"), os.path.join(WORK, f"mem-{name}-fused")
+    run([LMTUNE, "train", "--model", src, "--data", data_dir(64), "--num-layers", "1", "--batch-size", "2",
+         "--iters", "1", "--adapter-path", ad])
+    shutil.rmtree(fused, ignore_errors=True)
+    run([LMTUNE, "fuse", "--model", src, "--adapter-path", ad, "--save-path", fused, "--export-gguf",
+         "--gguf-type", "q8_0", "--gguf-path", path])
+    return path
+
+
 def rich_data(n_words, n_examples=48, name=None):
     """Text of words drawn from the Llama-3 vocabulary, so a BPE tokenizer
     reads ids spread over its whole range."""
@@ -89,6 +111,8 @@ def models():
         m["llama3tok"] = (config_model("llama3tok", l3, "f32", LLAMA3_TOK), "4 x 256, V 128256 untied, Llama-3 BPE")
         m["llama3tok16"] = (config_model("llama3tok", l3, "bf16", LLAMA3_TOK),
                             "4 x 256, V 128256 untied, Llama-3 BPE, bf16 file")
+    m["issue_q4"] = (quantized(m["issue"][0], "issue-q4"), "10 x 384, V 32000 untied, MLX 4-bit (group 64)")
+    m["issue_gguf"] = (gguf_of(m["issue"][0], "issue-q8_0"), "10 x 384, V 32000 untied, GGUF q8_0")
     m["smollm2"] = (model_dir("smollm2-135m", "f32"), "SmolLM2-135M shape")
     m["smollm2_16"] = (model_dir("smollm2-135m", "bf16"), "SmolLM2-135M shape, bf16 file")
     m["qwen05"] = (model_dir("qwen2.5-0.5b", "bf16"), "Qwen2.5-0.5B shape (V 151936 tied), bf16 file")
@@ -112,6 +136,10 @@ MATRIX = [
     C("issue: f32 file used as bf16", "issue", 512, 4, 512, ["--num-layers", "-1", "--weights-dtype", "bf16"]),
     C("issue: bf16 file, DoRA with dropout", "issue16", 512, 4, 512, ["--num-layers", "4"], ft="dora"),
     C("issue: rows of 16 tokens, batch 8", "issue", 8, 8, 16, ["--num-layers", "-1"], iters=3),
+    C("issue: QLoRA, 4-bit base, LoRA all blocks", "issue_q4", 512, 4, 512, ["--num-layers", "-1"]),
+    C("issue: GGUF q8_0 base, LoRA all blocks", "issue_gguf", 512, 4, 512, ["--num-layers", "-1"]),
+    C("issue: GGUF q8_0 base, checkpointing", "issue_gguf", 512, 4, 512, ["--num-layers", "-1",
+      "--grad-checkpoint"]),
     C("odd: LoRA all blocks", "odd", 256, 4, 256, ["--num-layers", "-1"]),
     C("odd: DoRA, checkpoint blocks 2-4", "odd", 256, 2, 256, ["--num-layers", "-1", "--grad-checkpoint", "2-4"],
       ft="dora"),

@@ -285,6 +285,11 @@ int hf_config_write(const ModelConfig *c, const char *path) {
     fmt_double(num, sizeof num, c->rope_theta);
     EMIT("  \"rope_theta\": %s,\n", num);
     const RopeScaling *r = &c->rope_scaling;
+    if (r->type == ROPE_SCALING_FACTORS) {
+        /* a GGUF's rope_freqs: config.json has no way to say it */
+        mem_free(s);
+        return error_set("%s: the RoPE frequency factors of a GGUF model have no config.json form", path);
+    }
     if (r->type == ROPE_SCALING_LLAMA3) {
         fmt_double(num, sizeof num, r->factor); fmt_double(num2, sizeof num2, r->low_freq_factor);
         fmt_double(num3, sizeof num3, r->high_freq_factor);

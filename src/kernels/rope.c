@@ -25,6 +25,8 @@ void rope_tables(float *cos_t, float *sin_t, int T, int D, double theta, const R
     for (int i = 0; i < half; i++) {
         double inv_freq = 1.0 / pow(theta, (double)(2 * i) / (double)D);
         if (scaling && scaling->type == ROPE_SCALING_LLAMA3) inv_freq = llama3_inv_freq(inv_freq, scaling);
+        if (scaling && scaling->type == ROPE_SCALING_FACTORS && i < scaling->n_factors)
+            inv_freq /= scaling->factors[i];
         for (int t = 0; t < T; t++) {
             double angle = (double)t * position_scale * inv_freq;
             cos_t[(size_t)t * half + i] = (float)cos(angle);

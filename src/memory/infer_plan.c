@@ -84,11 +84,8 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
     memset(plan, 0, sizeof *plan);
     memset(spec, 0, sizeof *spec);
     ModelConfig cfg;
-    char *cfg_path = path_join(r->model_dir, "config.json");
-    if (!cfg_path) return -1;
-    int rc = hf_config_load(&cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
+    int rc = 0;
+    TRY(model_config_load(r->model_dir, &cfg));   /* config.json, or a GGUF file's metadata */
     WeightsSummary ws;
     TRY(model_weights_summary(r->model_dir, &cfg, &ws));
     DType ft = ws.file_dtype;

@@ -34,13 +34,15 @@ int model_preset(const char *name, ModelConfig *c) {
     } else if (!strcmp(name, "llama-3.2-1b")) {
         SET("llama", 2048, 8192, 16, 32, 8, 64, 128256);
         c->rope_theta = 500000.0; c->max_position_embeddings = 131072;
-        c->rope_scaling = (RopeScaling){ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192};
+        c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 32.0, .low_freq_factor = 1.0,
+                                        .high_freq_factor = 4.0, .original_max_position = 8192};
     } else if (!strcmp(name, "llama-3.1-8b")) {
         SET("llama", 4096, 14336, 32, 32, 8, 128, 128256);
         c->tie_word_embeddings = false;
         c->rope_theta = 500000.0;
         c->max_position_embeddings = 131072;
-        c->rope_scaling = (RopeScaling){ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 8192};
+        c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 8.0, .low_freq_factor = 1.0,
+                                        .high_freq_factor = 4.0, .original_max_position = 8192};
     } else if (!strcmp(name, "tiny")) {
         SET("llama", 64, 128, 2, 4, 2, 0, 256);
         c->torch_dtype = DTYPE_F32;

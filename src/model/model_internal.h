@@ -9,6 +9,7 @@
 #include "formats/safetensors.h"
 #include "formats/mlx_quant.h"
 #include "kernels/frozen_weight.h"
+#include "formats/gguf_arch.h"
 
 /* Dimensions of a run (maxima over the micro-batches the spec allows). */
 typedef struct {
@@ -97,6 +98,10 @@ struct Model {
     bool st_open;
     Arena *arena;
 
+    GgufFile gg;              /* a GGUF base (--model FILE.gguf) */
+    bool gguf;
+    const GgufArch *gg_arch;
+    int32_t *q_map, *k_map;   /* GGUF q/k: stored row of each Hugging Face row (heap), or NULL */
     FrozenWeight embed;       /* (V, C) */
     FrozenWeight lm_head;     /* (V, C): embed when tied (MLX's QuantizedEmbedding.as_linear) */
     QuantConfig qc;           /* config.json's quantization (present = false for plain models) */
@@ -161,6 +166,19 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
                  FrozenWeight *out, bool *quantized);
 int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
 void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
+
+/* model_gguf.c: a GGUF file as the base (see model.h for the public half). */
+int gguf_row_maps(const ModelConfig *cfg, const GgufArch *a, int32_t **q_map, int32_t **k_map);
+int gguf_weights_view(const GgufFile *g, const GgufArch *a, const char *module, int rows, int cols,
+                      const int32_t *row_map, DType compute, FrozenWeight *out);
+int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig *cfg, DType compute,
+                         WeightsSummary *ws);
+/* rows x cols floats of the HF tensor hf_name (rows read through row_map
+ * when given; a vector's elements are its rows). */
+/* model_frozen_views for a GGUF file (data pointers NULL). */
+int gguf_frozen_views(const char *model, const ModelConfig *cfg, FrozenWeight **out, int *n);
+int gguf_tensor_f32(const GgufFile *g, const GgufArch *a, const char *hf_name, const int32_t *row_map,
+                    int64_t rows, int64_t cols, float *dst);
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */

@@ -84,6 +84,9 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
         d->panel_cols = 0;
         return 0;
     }
+    if (spec->type == TUNE_FULL && ws->gguf)
+        return error_set("--fine-tune-type full: a GGUF base's matrices are used as the file stores them; use lora "
+                         "or dora, or a Hugging Face model directory");
     if (spec->type == TUNE_FULL)
         return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
                          "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "
@@ -93,6 +96,11 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
     d->run_dtype = d->file_dtype;
     d->bf16_compute = ws->bf16_compute;
     d->panel_cols = ws->panel_cols;
+    if (ws->gguf) {
+        /* a GGUF's blocks expand to the compute type the run asks for */
+        d->run_dtype = spec->weight_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+        d->bf16_compute = d->run_dtype == DTYPE_BF16;
+    }
     return 0;
 }
 

@@ -120,6 +120,46 @@ static int collect(const StModel *st, const QuantConfig *qc, const ModelConfig *
                       embed_rows);
 }
 
+/* The same groups for a GGUF file (one file): each matrix's ggml blocks as
+ * stored, the embedding's rows of the ids the run reads. Norms and biases
+ * are converted at load; the metadata (the tokenizer's tables) is read at
+ * start-up: neither is kept. */
+static int gguf_add(Ranges *rs, const GgufFile *g, const GgufArch *a, const char *module,
+                    const uint64_t *rows_used, size_t *rows_read) {
+    char name[200];
+    snprintf(name, sizeof name, "%s.weight", module);
+    const GgufTensorInfo *t = gguf_model_tensor(g, a, name);
+    if (!t) return error_set("%s: tensor for %s is missing", g->name, name);
+    size_t base = g->data_start + t->offset;
+    int64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
+    if (rows_read) *rows_read = (size_t)rows;
+    if (!rows_used) return ranges_push(rs, base, base + t->bytes);
+    size_t row_bytes = t->bytes / (size_t)rows, count = 0;
+    for (int64_t v = 0; v < rows; v++) {
+        if (!(rows_used[v >> 6] >> (v & 63) & 1u)) continue;
+        size_t b = base + (size_t)v * row_bytes;
+        TRY(ranges_push(rs, b, b + row_bytes));
+        count++;
+    }
+    if (rows_read) *rows_read = count;
+    return 0;
+}
+
+static int collect_gguf(const GgufFile *g, const GgufArch *a, const ModelConfig *cfg, const ModelSpec *spec,
+                        const Dims *d, Ranges *groups, size_t *embed_rows) {
+    *embed_rows = 0;
+    char module[160];
+    for (int l = 0; l < d->L; l++) {
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            snprintf(module, sizeof module, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+            TRY(gguf_add(&groups[GROUP_BLOCKS], g, a, module, NULL, NULL));
+        }
+    }
+    if (cfg->tie_word_embeddings) return gguf_add(&groups[GROUP_LMHEAD], g, a, "model.embed_tokens", NULL, embed_rows);
+    TRY(gguf_add(&groups[GROUP_LMHEAD], g, a, "lm_head", NULL, NULL));
+    return gguf_add(&groups[GROUP_EMBED], g, a, "model.embed_tokens", spec->embed_rows, embed_rows);
+}
+
 static void free_groups(Ranges *groups, size_t nf) {
     if (!groups) return;
     for (size_t i = 0; i < GROUP_COUNT * nf; i++) mem_free(groups[i].r);
@@ -145,30 +185,41 @@ static ByteRange *gather(const Ranges *groups, size_t nf, int g, size_t f, size_
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
     WeightsSummary ws;
     TRY(model_weights_summary(model_dir, cfg, &ws));
-    char *cfg_path = path_join(model_dir, "config.json");
-    TRY_PTR(cfg_path);
-    QuantConfig qc;
-    int rc = quant_config_load(&qc, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
-    StModel st;
-    if (st_model_open(&st, model_dir, true) < 0) {
-        quant_config_free(&qc);
-        return -1;
+    bool gguf = ws.gguf;
+    QuantConfig qc = {0};
+    StModel st = {0};
+    GgufFile gg = {0};
+    int rc = 0;
+    if (gguf) {
+        TRY(gguf_open(&gg, model_dir));
+    } else {
+        char *cfg_path = path_join(model_dir, "config.json");
+        TRY_PTR(cfg_path);
+        rc = quant_config_load(&qc, cfg_path);
+        mem_free(cfg_path);
+        TRY(rc);
+        if (st_model_open(&st, model_dir, true) < 0) {
+            quant_config_free(&qc);
+            return -1;
+        }
     }
     Dims d;
     rc = dims_init(&d, cfg, spec, ws.file_dtype);
     if (rc == 0) rc = dims_apply_summary(&d, spec, &ws);
-    size_t nf = st.n_files;
+    size_t nf = gguf ? 1 : st.n_files;
     Ranges *groups = mem_calloc(GROUP_COUNT * nf, sizeof *groups);
     if (!groups) rc = -1;
     size_t embed_rows = 0;
-    if (rc == 0) rc = collect(&st, &qc, cfg, spec, &d, groups, &embed_rows);
+    const GgufArch *arch = gguf ? gguf_arch_for(cfg->model_type) : NULL;
+    if (rc == 0 && gguf && !arch) rc = -1;
+    if (rc == 0 && gguf) rc = collect_gguf(&gg, arch, cfg, spec, &d, groups, &embed_rows);
+    else if (rc == 0) rc = collect(&st, &qc, cfg, spec, &d, groups, &embed_rows);
     /* each group is charged the pages it adds to the groups before it, so
      * a page two tensors share is counted once */
     size_t pg = file_page_size(), pages_by_group[GROUP_COUNT] = {0};
     for (size_t f = 0; rc == 0 && f < nf; f++) {
         size_t before = 0;
+        size_t file_size = gguf ? gg.map.size : st.files[f].file_size;
         for (int g = 0; g < GROUP_COUNT && rc == 0; g++) {
             size_t n;
             ByteRange *all = gather(groups, nf, g, f, &n);
@@ -176,7 +227,7 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const Mode
                 rc = -1;
                 break;
             }
-            size_t upto = file_pages_covering(all, n, st.files[f].file_size);
+            size_t upto = file_pages_covering(all, n, file_size);
             mem_free(all);
             pages_by_group[g] += upto - before;
             before = upto;
@@ -185,7 +236,10 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const Mode
     char nm[96];
     int frozen = spec->type == TUNE_FULL ? d.lo : d.L;
     if (rc == 0 && pages_by_group[GROUP_BLOCKS]) {
-        if (ws.quantized)
+        if (gguf)
+            snprintf(nm, sizeof nm, "%d blocks' matrices (mapped GGUF file, %d-%d bits per weight with scales)",
+                     frozen, ws.bits_min, ws.bits_max);
+        else if (ws.quantized)
             snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %d-%d-bit codes + %s scales/biases)", frozen,
                      ws.bits_min, ws.bits_max, dtype_name(ws.file_dtype));
         else
@@ -202,22 +256,26 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const Mode
         rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, pages_by_group[GROUP_EMBED] * pg, false);
     }
     free_groups(groups, nf);
-    st_model_close(&st);
+    if (gguf) gguf_close(&gg);
+    else st_model_close(&st);
     quant_config_free(&qc);
     return rc;
 }
 
 int model_keep_resident(Model *m) {
-    if (!m->st_open) return 0;
-    size_t nf = m->st.n_files;
+    if (!m->st_open && !m->gguf) return 0;
+    size_t nf = m->gguf ? 1 : m->st.n_files;
     Ranges *groups = mem_calloc(GROUP_COUNT * nf, sizeof *groups);
     if (!groups) return -1;
     size_t rows;
-    int rc = collect(&m->st, &m->qc, &m->cfg, &m->spec, &m->d, groups, &rows);
+    int rc;
+    if (m->gguf) rc = collect_gguf(&m->gg, m->gg_arch, &m->cfg, &m->spec, &m->d, groups, &rows);
+    else rc = collect(&m->st, &m->qc, &m->cfg, &m->spec, &m->d, groups, &rows);
     for (size_t f = 0; rc == 0 && f < nf; f++) {
         size_t n;
         ByteRange *all = gather(groups, nf, GROUP_COUNT - 1, f, &n);
-        rc = all ? file_map_keep(&m->st.files[f].map, all, n) : -1;
+        const MappedFile *map = m->gguf ? &m->gg.map : &m->st.files[f].map;
+        rc = all ? file_map_keep(map, all, n) : -1;
         mem_free(all);
     }
     free_groups(groups, nf);

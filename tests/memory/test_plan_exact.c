@@ -6,7 +6,8 @@
  * to miss: an untied LM head with a vocabulary of 4096 of which the data
  * reads a few dozen ids, a hidden size that is not a multiple of 64, a bf16
  * file, a f32 file converted to bf16 at load, full fine-tuning with
- * accumulation and checkpointing. bench/memory.py runs the wide matrix. */
+ * accumulation and checkpointing, a 4-bit MLX base and a GGUF q8_0 base.
+ * bench/memory.py runs the wide matrix. */
 #include "base/fileio.h"
 #include "check.h"
 #include <stdarg.h>
@@ -173,6 +174,20 @@ int main(void) {
     size_t m = measured_cmd("fuse", args);
     /* the refusal prints MB with 2 decimals */
     report("fuse (the refusal's total, to 10 kB)", (size_t)(mb * 1e6), m);
+
+    /* quantized bases: frozen matrices used as stored (MLX 4-bit codes with
+     * scales and biases; a GGUF file's q8_0 blocks), the embedding's rows
+     * of the data's ids only, panel products */
+    CHECK(sh("%s convert --hf-path %s/untied --mlx-path %s/untied_q4 -q --q-bits 4 --q-group-size 32 >/dev/null",
+             bin, dir, dir) == 0);
+    snprintf(args, sizeof args, "--model %s/untied_q4 --data %s/data --num-layers -1 --batch-size 4 --iters 3", dir,
+             dir);
+    compare("QLoRA: 4-bit MLX base, LoRA all blocks", args);
+    CHECK(sh("%s fuse --model %s/untied --adapter-path %s/fuse_ad --save-path %s/fused3 --export-gguf "
+             "--gguf-type q8_0 --gguf-path %s/untied.gguf >/dev/null", bin, dir, dir, dir, dir) == 0);
+    snprintf(args, sizeof args, "--model %s/untied.gguf --data %s/data --num-layers 2 --batch-size 2 --iters 3 "
+             "--grad-checkpoint", dir, dir);
+    compare("GGUF q8_0 base, last 2 blocks, checkpointing", args);
     CHECK(sh("rm -rf %s", dir) == 0);
     return check_finish("memory/plan_exact");
 }
