@@ -101,8 +101,11 @@ void fw_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out,
 
 /* The panel scratch of the products that expand. One buffer of the run,
  * shared by every frozen product (they never overlap); sized by
- * fw_panel_scratch_bytes for the widest matrix. A product that needs a
- * panel and finds none dies with a message (a planning bug). */
+ * fw_panel_scratch_bytes for the widest matrix: a panel, then the staging
+ * tile through which a product whose output or input is a slice of a wider
+ * matrix runs (oneDNN's brgemm takes dense operands only; its fallback
+ * allocates outside the plan). A product that needs a panel and finds none
+ * dies with a message (a planning bug). */
 size_t fw_panel_scratch_bytes(int max_cols);
 void fw_set_panel_scratch(void *scratch, size_t bytes);
 
