@@ -714,8 +714,12 @@ const MatmulProbe *matmul_probe(void) {
     };
     float bias[WARM] = {0};
     long created0 = matmul_primitives_created();
+    /* without bf16 products (no AVX-512) bf16 weights compute in fp32
+     * (matmul_weight_dtype): no bf16 primitive exists to probe */
+    bool bf16 = matmul_bf16_supported();
     for (size_t i = 0; i < sizeof warm / sizeof *warm; i++) {
         bool b16 = warm[i].a_type == DTYPE_BF16;
+        if (b16 && !bf16) continue;
         pthread_mutex_lock(&mm_lock);
         mm_run_locked(&warm[i], C, b16 ? (const void *)A16 : A, b16 ? (const void *)B16 : B,
                       warm[i].has_bias ? bias : NULL);
@@ -724,7 +728,7 @@ const MatmulProbe *matmul_probe(void) {
     /* fresh primitives of each dtype, of the kinds the model creates (the
      * weight transposed, as in forward products, and not, as in input
      * gradients); what they add to the resident set, per primitive */
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < (bf16 ? 2 : 1); dt++) {
         size_t r0 = rss_current_bytes();
         pthread_mutex_lock(&mm_lock);
         mm_init_locked();
@@ -757,7 +761,8 @@ const MatmulProbe *matmul_probe(void) {
     omp_set_num_threads(1);
 #endif
     mm_probe_result.gflops_f32 = mm_rate(&f32, C, A, B, 5);
-    mm_probe_result.gflops_bf16 = mm_rate(&b16, C, A16, B16, 5);
+    mm_probe_result.gflops_bf16 = bf16 ? mm_rate(&b16, C, A16, B16, 5) : mm_probe_result.gflops_f32;
+    if (!bf16) mm_probe_result.primitive_bytes_bf16 = mm_probe_result.primitive_bytes;
 #ifdef _OPENMP
     omp_set_num_threads(threads);
 #endif
