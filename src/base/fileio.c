@@ -103,6 +103,11 @@ int file_map_keep(const MappedFile *m, ByteRange *ranges, size_t n) {
      * (again), so what was mapped beyond the kept pages never adds up to
      * more than a folio or two; the last gap goes at the end. */
     const size_t reach = ((size_t)2 << 20) / pg;
+    /* A 2 MiB folio may be mapped by one PMD entry; dropping a gap inside
+     * it unmaps the whole entry, the kept pages with it, and a later read of
+     * one of them maps the 2 MiB again: page table entries only. */
+    if (madvise(base, pages * pg, MADV_NOHUGEPAGE) < 0 && errno != EINVAL)
+        return error_set("%s: cannot map without huge pages: %s", m->path, strerror(errno));
     TRY(drop_pages(m, 0, runs ? ranges[0].begin : pages));
     for (size_t i = 0; i < runs; i++) {
         unsigned char *p = base + ranges[i].begin * pg;
