@@ -62,7 +62,7 @@ static size_t page_runs(ByteRange *r, size_t n, size_t size) {
         if (r[k].end > pages) r[k].end = pages;
         k++;
     }
-    qsort(r, k, sizeof *r, by_begin);
+    if (k > 1) qsort(r, k, sizeof *r, by_begin);   /* r may be NULL when there is nothing to keep */
     size_t m = 0;
     for (size_t i = 0; i < k; i++) {
         if (m > 0 && r[i].begin <= r[m - 1].end) {
