@@ -40,6 +40,112 @@ void file_unmap(MappedFile *m) {
     memset(m, 0, sizeof *m);
 }
 
+size_t file_page_size(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static int by_begin(const void *a, const void *b) {
+    const ByteRange *x = a, *y = b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* Sorts the ranges and turns them into merged page runs [begin, end) in
+ * page units, clipped to the file; returns the number of runs (in place). */
+static size_t page_runs(ByteRange *r, size_t n, size_t size) {
+    size_t pg = file_page_size(), pages = (size + pg - 1) / pg, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].end <= r[i].begin || r[i].begin >= size) continue;
+        size_t e = r[i].end < size ? r[i].end : size;
+        r[k].begin = r[i].begin / pg;
+        r[k].end = (e + pg - 1) / pg;
+        if (r[k].end > pages) r[k].end = pages;
+        k++;
+    }
+    if (k > 1) qsort(r, k, sizeof *r, by_begin);   /* r may be NULL when there is nothing to keep */
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (m > 0 && r[i].begin <= r[m - 1].end) {
+            if (r[i].end > r[m - 1].end) r[m - 1].end = r[i].end;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    return m;
+}
+
+size_t file_pages_covering(ByteRange *ranges, size_t n, size_t size) {
+    size_t runs = page_runs(ranges, n, size), pages = 0;
+    for (size_t i = 0; i < runs; i++) pages += ranges[i].end - ranges[i].begin;
+    return pages;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+/* Drops the pages [a, b) of the mapping (page units). */
+static int drop_pages(const MappedFile *m, size_t a, size_t b) {
+    size_t pg = file_page_size();
+    if (b <= a) return 0;
+    if (madvise((unsigned char *)m->data + a * pg, (b - a) * pg, MADV_DONTNEED) < 0)
+        return error_set("%s: cannot drop unused pages: %s", m->path, strerror(errno));
+    return 0;
+}
+
+int file_map_keep(const MappedFile *m, ByteRange *ranges, size_t n) {
+    if (!m->data || !m->size) return 0;
+    size_t pg = file_page_size(), pages = (m->size + pg - 1) / pg;
+    size_t runs = page_runs(ranges, n, m->size);
+    unsigned char *base = (unsigned char *)m->data;
+    /* A fault maps its whole folio, up to 2 MiB around the page: after each
+     * run is faulted in, the gaps within that reach behind it are dropped
+     * (again), so what was mapped beyond the kept pages never adds up to
+     * more than a folio or two; the last gap goes at the end. */
+    const size_t reach = ((size_t)2 << 20) / pg;
+    /* A 2 MiB folio may be mapped by one PMD entry; dropping a gap inside
+     * it unmaps the whole entry, the kept pages with it, and a later read of
+     * one of them maps the 2 MiB again: page table entries only. */
+    if (madvise(base, pages * pg, MADV_NOHUGEPAGE) < 0 && errno != EINVAL)
+        return error_set("%s: cannot map without huge pages: %s", m->path, strerror(errno));
+    TRY(drop_pages(m, 0, runs ? ranges[0].begin : pages));
+    for (size_t i = 0; i < runs; i++) {
+        unsigned char *p = base + ranges[i].begin * pg;
+        size_t len = (ranges[i].end - ranges[i].begin) * pg;
+        if (madvise(p, len, MADV_POPULATE_READ) != 0) {
+            volatile unsigned char sink = 0;
+            for (size_t off = 0; off < len; off += pg) sink ^= p[off];
+            (void)sink;
+        }
+        size_t from = ranges[i].begin > reach ? ranges[i].begin - reach : 0;
+        for (size_t j = i; j > 0; j--) {
+            if (ranges[j].begin <= from) break;
+            TRY(drop_pages(m, ranges[j - 1].end, ranges[j].begin));
+        }
+        if (from == 0 || i == 0) TRY(drop_pages(m, 0, ranges[0].begin));
+    }
+    return drop_pages(m, runs ? ranges[runs - 1].end : pages, pages);
+}
+
+int file_read_at(const char *path, size_t offset, void *dst, size_t n) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return error_set("%s: cannot open: %s", path, strerror(errno));
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)dst + got, n - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd);
+            return error_set("%s: cannot read %zu bytes at offset %zu: %s", path, n, offset,
+                             e ? strerror(e) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return 0;
+}
+
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_size) {
     *out = NULL;
     FILE *fp = fopen(path, "rb");

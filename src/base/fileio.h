@@ -15,6 +15,25 @@ typedef struct {
 
 int file_map(MappedFile *m, const char *path);   /* -1 + "PATH: reason" */
 void file_unmap(MappedFile *m);
+
+/* Which pages of a mapped file are resident. A fault on a mapped file maps
+ * the page cache's whole folio (up to 2 MiB on Linux 6.x with large folios),
+ * not only the page read, so what a run reads in place does not alone decide
+ * its resident set. file_map_keep settles it: the pages that intersect the
+ * given byte ranges are faulted in, every other page of the mapping is
+ * dropped, and no page outside the ranges is read afterwards. The memory
+ * planner counts the same pages with file_pages_covering. */
+typedef struct {
+    size_t begin, end;  /* [begin, end) in bytes from the start of the file */
+} ByteRange;
+/* Pages (of the system's page size) that intersect any range, in a file of
+ * `size` bytes; the ranges may overlap and come in any order (sorted here). */
+size_t file_pages_covering(ByteRange *ranges, size_t n, size_t size);
+size_t file_page_size(void);
+int file_map_keep(const MappedFile *m, ByteRange *ranges, size_t n);
+/* Reads bytes [offset, offset + n) of PATH into dst with pread: no mapping
+ * is touched, so nothing of the file becomes resident. */
+int file_read_at(const char *path, size_t offset, void *dst, size_t n);
 /* Reads a whole file into a NUL-terminated heap buffer, refusing files over
  * max_bytes (0 = no limit). */
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_size);

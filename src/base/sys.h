@@ -11,4 +11,13 @@ size_t rss_peak_bytes(void);        /* VmHWM */
 int parse_size(const char *s, size_t *out);
 /* "1.234 GB" style formatting with decimal units into buf. */
 const char *format_bytes(char *buf, size_t n, size_t bytes);
+/* With LMTUNE_SMAPS=FILE set: copies /proc/self/smaps to FILE whenever the
+ * resident set is at a new high (the memory bench attributes the peak). */
+void rss_snapshot_if_peak(void);
+/* The same at the process baseline, to FILE.baseline. */
+void rss_snapshot_baseline(void);
+/* Makes resident at start-up the code a run executes later, so the process
+ * baseline measured after it holds it: the program's own code segments and
+ * the libm functions it calls. */
+void sys_warm_code(void);
 #endif

@@ -86,7 +86,7 @@ int adapter_config_write(const TrainArgs *a, int iters, const char *dir, DType p
     S(mlx, "data", a->data);
     S(mlx, "fine_tune_type", a->fine_tune_type);
     I(mlx, "grad_accumulation_steps", a->grad_accumulation_steps);
-    B(mlx, "grad_checkpoint", a->grad_checkpoint);
+    B(mlx, "grad_checkpoint", strcmp(a->grad_checkpoint, "off") != 0);
     I(mlx, "iters", iters);
     F(mlx, "learning_rate", a->learning_rate);
     json_object_set_new(mlx, "lora_parameters", lora_parameters(a));
@@ -117,6 +117,17 @@ int adapter_config_write(const TrainArgs *a, int iters, const char *dir, DType p
     S(ours, "chat_template", a->chat_template);
     F(ours, "epochs", a->epochs);
     S(ours, "frozen_products", products == DTYPE_BF16 ? "bf16" : "f32");
+    if (strcmp(a->grad_checkpoint, "off") && strcmp(a->grad_checkpoint, "all")) {
+        /* which blocks, beside MLX-LM's boolean, when not every one */
+        BlockSet blocks;
+        bool all, none, autom;
+        json_t *list = json_array();
+        if (train_args_checkpoint(a->grad_checkpoint, &blocks, &all, &none, &autom) == 0)
+            for (int l = 0; l < MODEL_MAX_BLOCKS; l++)
+                if (block_set_has(&blocks, l)) json_array_append_new(list, json_integer(l));
+        error_clear();
+        json_object_set_new(ours, "grad_checkpoint_blocks", list);
+    }
     S(ours, "loss_normalization", a->loss_normalization);
     F(ours, "max_grad_norm", a->max_grad_norm);
     S(ours, "metrics_file", a->metrics_file);

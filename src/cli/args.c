@@ -124,7 +124,7 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
     spec_where(where, sizeof where, s, file);
     void *field = (char *)opts + s->offset;
     switch (s->type) {
-    case ARG_STRING: {
+    case ARG_STRING: case ARG_SWITCH_OR_VALUE: {
         const char *v = file ? keep_string(text) : text;
         TRY_PTR(v);
         *(const char **)field = v;
@@ -289,6 +289,32 @@ static int yaml_list(const ArgSpec *s, void *opts, const char *path, yaml_docume
     return 0;
 }
 
+/* A switch that may take a value, in YAML: a boolean, a value, or a list of
+ * values joined with commas. */
+static int yaml_switch(const ArgSpec *s, void *opts, const char *path, yaml_document_t *doc, yaml_node_t *vn) {
+    char where[160];
+    spec_where(where, sizeof where, s, path);
+    const char *v = args_yaml_scalar(vn);
+    if (v) {
+        bool b;
+        if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && args_parse_bool(where, v, &b) == 0)
+            return set_value(s, opts, b ? s->choices : "off", path);
+        error_clear();
+        return set_value(s, opts, v, path);
+    }
+    if (vn->type != YAML_SEQUENCE_NODE) return error_set("%s: expected true, false, a value or a list", where);
+    char joined[1024];
+    size_t k = 0;
+    joined[0] = 0;
+    for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top; it++) {
+        v = args_yaml_scalar(yaml_document_get_node(doc, *it));
+        if (!v) return error_set("%s: expected a list of single values", where);
+        k += (size_t)snprintf(joined + k, k < sizeof joined ? sizeof joined - k : 0, "%s%s", k ? "," : "", v);
+        if (k >= sizeof joined) return error_set("%s: the list is too long", where);
+    }
+    return set_value(s, opts, joined, path);
+}
+
 static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult *r) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return error_set("%s: cannot open the config file: %s", path, strerror(errno));
@@ -321,6 +347,11 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
             if (args_yaml_is_null(vn)) continue;
             if (s->type == ARG_STRING_LIST) {
                 if (yaml_list(s, opts, path, &doc, vn) < 0) { rc = -1; goto done; }
+                r->seen[s - t->specs] = true;
+                continue;
+            }
+            if (s->type == ARG_SWITCH_OR_VALUE) {
+                if (yaml_switch(s, opts, path, &doc, vn) < 0) { rc = -1; goto done; }
                 r->seen[s - t->specs] = true;
                 continue;
             }
@@ -392,7 +423,9 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             const char *iv;
             const ArgSpec *s = lookup(t, argv[i], &iv);
-            if (s && s->type != ARG_BOOL && !iv) i++;   /* skip its value */
+            bool takes_next = s && s->type != ARG_BOOL && !iv;
+            if (takes_next && s->type == ARG_SWITCH_OR_VALUE) takes_next = i + 1 < argc && argv[i + 1][0] != '-';
+            if (takes_next) i++;   /* skip its value */
         }
     }
     if (r->config_path) TRY(load_yaml(t, opts, r->config_path, r));
@@ -405,6 +438,10 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
             if (t->config_file && (!strcmp(arg, "-c") || !strcmp(arg, "--config"))) { i++; continue; }
             if (t->config_file && !strncmp(arg, "--config=", 9)) continue;
             return error_set("unknown flag %s (lmtune %s --help lists the flags)", arg, t->command);
+        }
+        if (s->type == ARG_SWITCH_OR_VALUE && !value) {
+            /* the next argument is its value unless it is a flag (lmtune takes no positional arguments) */
+            value = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : s->choices;
         }
         if (s->type == ARG_BOOL) {
             if (value) {
@@ -445,7 +482,7 @@ void args_value_text(const ArgSpec *s, const void *opts, char *buf, size_t cap) 
     const void *f = (const char *)opts + s->offset;
     buf[0] = 0;
     switch (s->type) {
-    case ARG_STRING: case ARG_CHOICE: {
+    case ARG_STRING: case ARG_CHOICE: case ARG_SWITCH_OR_VALUE: {
         const char *v = *(const char *const *)f;
         if (v) snprintf(buf, cap, "%s", v);
         break;

@@ -28,8 +28,12 @@ typedef enum {
     ARG_INT_OR_AUTO,/* int, in the spec's range, or "auto" stored as 0 */
     ARG_STRING_LIST,/* ArgStringList: repeatable, each use appends its values (argparse's nargs="+":
                        `--flag a b` appends a and b; YAML: a list) */
-    ARG_TRUE_FALSE  /* bool that takes a value: true/false, t/f in any case (mlx_lm.generate's
+    ARG_TRUE_FALSE, /* bool that takes a value: true/false, t/f in any case (mlx_lm.generate's
                        --verbose True|False) */
+    ARG_SWITCH_OR_VALUE /* const char *: a switch that may take a value: alone it stores `choices`
+                           (the implied value); `--flag VALUE` (a next argument that is not a
+                           flag) or `--flag=VALUE` stores VALUE; YAML: true stores the implied
+                           value, false "off", a list its items joined with commas */
 } ArgType;
 
 #define ARG_NO_MIN (-1e300)

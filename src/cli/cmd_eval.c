@@ -21,7 +21,8 @@ typedef struct {
     const char *prompt_feature, *completion_feature, *text_feature, *chat_feature;
     int test_batches, max_seq_length, batch_size, threads;
     uint64_t seed;
-    bool mask_prompt, trust_remote_code;
+    size_t memory_limit;
+    bool mask_prompt, trust_remote_code, plan;
     ArgResult parsed;
 } EvalArgs;
 
@@ -53,6 +54,10 @@ static const ArgSpec EVAL_SPECS[] = {
      ARG_UNBOUNDED},
     {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL,
      ARG_UNBOUNDED},
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE",
+     "refuse, before loading any weight, an evaluation whose plan exceeds SIZE (8GB, 7.5GiB)", NULL, ARG_UNBOUNDED},
+    {"plan", 0, ARG_BOOL, OFF(plan), NULL, "print the memory plan (every buffer) and stop before loading weights", NULL,
+     ARG_UNBOUNDED},
 };
 static const ArgTable EVAL_TABLE = {
     "eval", "eval --model DIR --data DIR [--adapter-path DIR] [flags]",
@@ -67,7 +72,7 @@ static int run_eval(EvalArgs *a) {
     EvalRequest r = {
         .model = a->model, .adapter_path = a->adapter_path, .data = a->data, .chat_template = a->chat_template,
         .test_batches = a->test_batches, .max_seq_length = a->max_seq_length, .batch_size = a->batch_size,
-        .seed = a->seed,
+        .seed = a->seed, .threads = a->threads, .memory_limit = a->memory_limit, .plan = a->plan,
     };
     dataset_options_default(&r.data_options);
     r.data_options.mask_prompt = a->mask_prompt;

@@ -13,7 +13,10 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "base/alloc.h"
+#include "base/sys.h"
 #include "kernels/ggml_quants.h"
+#include "memory/plan.h"
+#include "memory/infer_plan.h"
 #include "model/fuse.h"
 #include "model/gguf_export.h"
 #include <string.h>
@@ -21,7 +24,7 @@
 typedef struct {
     const char *model, *adapter_path, *save_path, *export_peft, *export_gguf_adapter;
     const char *gguf_path, *gguf_type;
-    size_t max_shard_size;
+    size_t max_shard_size, memory_limit;
     bool no_fuse, export_gguf, dequantize, trust_remote_code;
     ArgResult parsed;
 } FuseArgs;
@@ -34,6 +37,8 @@ static const ArgSpec FUSE_SPECS[] = {
     {"save-path", 0, ARG_STRING, OFF(save_path), "DIR", "fused model output", NULL, ARG_UNBOUNDED},
     {"max-shard-size", 0, ARG_SIZE, OFF(max_shard_size), "SIZE", "largest safetensors shard (5GB, 512MB, 2GiB)", NULL,
      ARG_AT_LEAST(1, "a positive size such as 5GB, 512MB or 2GiB")},
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE",
+     "refuse, before reading any weight, a fuse whose plan exceeds SIZE (8GB, 7.5GiB)", NULL, ARG_UNBOUNDED},
     {"export-peft", 0, ARG_STRING, OFF(export_peft), "DIR", "also write a PEFT adapter (adapter_model.safetensors, adapter_config.json)", NULL, ARG_UNBOUNDED},
     {"export-gguf", 0, ARG_BOOL, OFF(export_gguf), NULL,
      "also write the fused model as one GGUF file for llama.cpp (at --gguf-path)", NULL, ARG_UNBOUNDED},
@@ -80,6 +85,20 @@ int cmd_fuse(int argc, char **argv) {
     const char *outputs[2] = {a.no_fuse ? NULL : a.save_path, a.export_peft};
     for (int i = 0; i < 2; i++)
         if (outputs[i] && atomic_remove_stale(outputs[i]) < 0) die_with_error();
+    if (!a.no_fuse && a.memory_limit) {
+        /* planned from the headers and the adapter: refused before any weight is read */
+        MemPlan plan = {0};
+        int rc = fuse_plan(a.model, a.adapter_path, &plan);
+        if (rc == 0) rc = plan_note(&plan, MEM_RUNTIME, "process baseline", infer_baseline_now(NULL), false);
+        if (rc == 0 && plan_total(&plan) > a.memory_limit) {
+            char msg[2048];
+            plan_limit_text(&plan, a.memory_limit, msg, sizeof msg);
+            rc = error_set("%s. fuse holds every merged tensor in fp32 and the files it reads until the last "
+                           "shard is written: no lever makes it smaller", msg);
+        }
+        plan_free(&plan);
+        if (rc < 0) die_with_error();
+    }
     if (!a.no_fuse) {
         printf("Loading pretrained model\n");
         if (fuse_model(a.model, a.adapter_path, a.save_path, a.max_shard_size, a.dequantize) < 0) die_with_error();

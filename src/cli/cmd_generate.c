@@ -22,6 +22,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "formats/hf_config.h"
+#include "memory/infer_plan.h"
 #include "model/adapter_io.h"
 #include "model/sampler.h"
 #include "template/chat_template.h"
@@ -34,7 +35,8 @@ typedef struct {
     int max_tokens, top_k, min_tokens_to_keep, max_kv_size;
     double temp, top_p, min_p, xtc_probability, xtc_threshold;
     uint64_t seed;
-    bool ignore_chat_template, use_default_chat_template, quiet, verbose, trust_remote_code;
+    bool ignore_chat_template, use_default_chat_template, quiet, verbose, trust_remote_code, plan;
+    size_t memory_limit;
     ArgResult parsed;
 } GenerateArgs;
 
@@ -80,6 +82,11 @@ static const ArgSpec GENERATE_SPECS[] = {
      ARG_UNBOUNDED},
     {"quiet", 0, ARG_BOOL, OFF(quiet), NULL, "the same as --verbose False", NULL, ARG_UNBOUNDED},
     {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL,
+     ARG_UNBOUNDED},
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE",
+     "refuse, before loading any weight, a generation whose plan (KV cache included) exceeds SIZE", NULL,
+     ARG_UNBOUNDED},
+    {"plan", 0, ARG_BOOL, OFF(plan), NULL, "print the memory plan (every buffer) and stop before loading weights", NULL,
      ARG_UNBOUNDED},
 };
 #undef OFF
@@ -283,11 +290,23 @@ int cmd_generate(int argc, char **argv) {
     int n_stop;
     if (stop_ids(model_dir, tok, &a.extra_eos_token, stop, 64, &n_stop) < 0) die_with_error();
 
-    int positions = (int)(n_ids + max_tokens);
-    int kv = a.max_kv_size > 0 && a.max_kv_size < positions ? a.max_kv_size : positions;
-    Model *model; Arena arena;
-    if (model_open_inference(&model, &arena, model_dir, a.adapter_path, 1, (int)n_ids, kv, positions) < 0)
-        die_with_error();
+    /* planned before any weight is loaded: the prompt, the KV cache of
+     * prompt + max-tokens positions (at most --max-kv-size, which rotates),
+     * the decode products (memory/infer_plan.h) */
+    Model *model;
+    Arena arena;
+    InferRequest req = {INFER_GENERATE, model_dir, a.adapter_path, NULL, 0, 0, 0, 0, (int)n_ids, max_tokens, 1, 0,
+                        infer_baseline_now(NULL), a.memory_limit, a.max_kv_size};
+    if (a.plan) {
+        int prc = infer_print_plan(&req, true, stdout);
+        mem_free(ids);
+        mem_free(text);
+        mem_free(prompt);
+        tokenizer_free(tok);
+        if (prc < 0) die_with_error();
+        return 0;
+    }
+    if (infer_open(&req, &model, &arena, NULL) < 0) die_with_error();
     const ModelConfig *cfg = model_config(model);
     int V = cfg->vocab_size;
     float *logits = mem_alloc((size_t)V * sizeof(float));

@@ -14,6 +14,8 @@
 #include "data/batching.h"
 #include "memory/run_plan.h"
 #include "model/adapter_io.h"
+#include "memory/run_ckpt.h"
+#include "memory/run_fastest.h"
 #include "report/report_html.h"
 #include <stdio.h>
 #include <string.h>
@@ -21,12 +23,14 @@
 /* The same run with checkpointing flipped, so both columns are known. */
 static void print_checkpoint_flip(const RunShape *shape, const RunInputs *in) {
     RunShape v = *shape;
-    v.grad_checkpoint = !shape->grad_checkpoint;
+    bool any = shape->grad_checkpoint || block_set_count(&shape->ckpt_blocks) > 0;
+    v.grad_checkpoint = !any;
+    memset(&v.ckpt_blocks, 0, sizeof v.ckpt_blocks);
     MemPlan p2;
     ModelSpec s2;
     if (run_plan_build(&v, in, &p2, &s2) == 0) {
         char b1[32], b2[32], b3[32], b4[32];
-        printf("%s --grad-checkpoint: saved activations %s, checkpointed block inputs %s, "
+        printf("%s --grad-checkpoint (every block): saved activations %s, checkpointed block inputs %s, "
                "recompute workspace %s; total %s\n",
                v.grad_checkpoint ? "With" : "Without",
                format_bytes(b1, sizeof b1, plan_class_bytes(&p2, MEM_ACTIVATIONS)),
@@ -118,9 +122,10 @@ static int plan_run(TrainArgs *a, RunData *d, int argc, char **argv) {
     TRY(train_args_weights_dtype(a, &d->cfg, &shape, note, sizeof note));
     printf("Frozen products: %s\n", note);
     TRY(run_choose_batch(&shape, &d->in, stdout));
+    TRY(run_choose_checkpoint(&shape, &d->in, stdout));
     MemPlan plan;
     ModelSpec spec;
-    if (run_plan_build(&shape, &d->in, &plan, &spec) < 0) {
+    if (run_plan_build_ex(&shape, &d->in, &plan, &spec, 0) < 0) {
         plan_free(&plan);
         return -1;
     }
@@ -136,12 +141,27 @@ static int plan_run(TrainArgs *a, RunData *d, int argc, char **argv) {
     int rc = run_check_limit(&shape, &d->in, &plan);
     if (rc == 0 && shape.memory_limit) printf("Fits the --memory-limit.\n");
     plan_free(&plan);
+    if (shape.memory_limit) {
+        /* the user's real question: the fastest way to train this within the limit */
+        int keep = rc;
+        char msg[4096];
+        if (rc < 0) snprintf(msg, sizeof msg, "%s", error_message());
+        RunFastest f;
+        if (run_fastest(&shape, &d->in, &f) == 0) run_fastest_print(&f, &shape, stdout);
+        else fprintf(stderr, "lmtune: warning: %s\n", error_message());
+        if (keep < 0) error_set("%s", msg);
+        rc = keep;
+    }
     return rc;
 }
 
 int cmd_plan(int argc, char **argv) {
     TrainArgs a;
     train_args_default(&a);
+    /* under mpirun the plan is made inside a worker: its baseline holds the
+     * MPI runtime, as the training run's own plan does */
+    if (dist_init(&argc, &argv) < 0) die_with_error();
+    if (dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) die("cannot silence the other workers' output");
     if (plan_args_parse(&a, argc, argv) < 0) {
         train_args_free(&a);
         die_with_error();
@@ -160,7 +180,11 @@ int cmd_plan(int argc, char **argv) {
         rc = 1;
         fprintf(stderr, "lmtune: error: %s\n", error_message());
     }
+    if (rc == 0 && world > 1 && dist_world() == 1)
+        printf("Planned for one of %d workers outside an MPI job: the MPI runtime's own memory is measured only "
+               "inside one (mpirun -np %d lmtune plan ...), as the training run's own plan is.\n", world, world);
     run_data_free(&d);
     train_args_free(&a);
+    dist_finalize();
     return rc;
 }

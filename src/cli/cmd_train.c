@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -26,6 +27,7 @@
 #include "cli/run_record.h"
 #include "cli/train_args.h"
 #include "memory/run_plan.h"
+#include "memory/run_ckpt.h"
 #include "data/batching.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
@@ -41,27 +43,28 @@
 /* Parameter count of the whole model (MLX-LM's total includes the adapters). */
 
 /* FNV-1a over a weights file's name, size and 64 samples of 64 bytes spread
- * over it (a few pages read, whatever the model size). */
+ * over it (a few pages read, whatever the model size). Read with pread, not
+ * through a mapping: a mapping's faults would make whole folios of the
+ * weights resident for a few bytes, outside the plan. */
+static void fnv_add(uint64_t *f, const void *p, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        *f ^= ((const unsigned char *)p)[k];
+        *f *= 1099511628211ull;
+    }
+}
+
 static int file_identity(const char *path, const char *name, uint64_t *out) {
-    MappedFile m;
-    TRY(file_map(&m, path));
+    struct stat sb;
+    if (stat(path, &sb) < 0) return error_set("%s: cannot open: %s", path, strerror(errno));
+    size_t size = (size_t)sb.st_size;
     uint64_t f = 1469598103934665603ull;
-    const unsigned char *parts[2] = {(const unsigned char *)name, (const unsigned char *)&m.size};
-    size_t lens[2] = {strlen(name), sizeof m.size};
-    for (int p = 0; p < 2; p++) {
-        for (size_t k = 0; k < lens[p]; k++) {
-            f ^= parts[p][k];
-            f *= 1099511628211ull;
-        }
+    fnv_add(&f, name, strlen(name));
+    fnv_add(&f, &size, sizeof size);
+    unsigned char sample[64];
+    for (size_t i = 0; size >= 64 && i < 64; i++) {
+        TRY(file_read_at(path, (size - 64) / 63 * i, sample, sizeof sample));
+        fnv_add(&f, sample, sizeof sample);
     }
-    for (size_t i = 0; m.size >= 64 && i < 64; i++) {
-        const unsigned char *sample = (const unsigned char *)m.data + (m.size - 64) / 63 * i;
-        for (size_t k = 0; k < 64; k++) {
-            f ^= sample[k];
-            f *= 1099511628211ull;
-        }
-    }
-    file_unmap(&m);
     *out = f;
     return 0;
 }
@@ -163,6 +166,7 @@ typedef struct {
     Arena arena;
     Optimizer opt;
     bool have_opt;
+    char ckpt_text[200];    /* the checkpointed blocks chosen */
 } Run;
 
 static void run_free(Run *r) {
@@ -181,7 +185,7 @@ static int run_test_only(const TrainArgs *a) {
     EvalRequest e = {
         .model = a->model, .adapter_path = a->adapter_path, .data = a->data, .chat_template = a->chat_template,
         .test_batches = a->test_batches, .max_seq_length = a->max_seq_length, .batch_size = a->batch_size,
-        .seed = a->seed, .mlx_log = true,
+        .seed = a->seed, .threads = a->threads, .memory_limit = a->memory_limit, .mlx_log = true,
     };
     run_data_options(a, &e.data_options);
     return eval_run(&e);
@@ -214,16 +218,25 @@ static int run_train(Run *r, int *exit_code) {
     RunShape shape;
     TRY(train_args_run_shape(a, cfg, &shape));
     TRY(choose_products(a, cfg, &shape, rank, world));
-    if (a->batch_size == 0) {
+    if (a->batch_size == 0 || shape.ckpt_auto) {
         /* Every worker chooses the same; only rank 0 says so. */
         FILE *out = rank == 0 ? stdout : fopen("/dev/null", "w");
-        int rc = out ? run_choose_batch(&shape, &r->d.in, out) : error_set("cannot open /dev/null");
+        int rc = out ? 0 : error_set("cannot open /dev/null");
+        if (rc == 0 && a->batch_size == 0) rc = run_choose_batch(&shape, &r->d.in, out);
+        if (rc == 0) rc = run_choose_checkpoint(&shape, &r->d.in, out);
         if (out && out != stdout) fclose(out);
         TRY(rc);
         a->batch_size = shape.batch_size;
         a->grad_accumulation_steps = shape.grad_accumulation_steps;
-        a->grad_checkpoint = shape.grad_checkpoint;
     }
+    /* what the run checkpoints, as adapter_config.json records it */
+    ModelSpec chosen;
+    memset(&chosen, 0, sizeof chosen);
+    chosen.grad_checkpoint = shape.grad_checkpoint;
+    chosen.ckpt_blocks = shape.ckpt_blocks;
+    run_ckpt_text(&chosen, r->ckpt_text, sizeof r->ckpt_text);
+    a->grad_checkpoint = !strcmp(r->ckpt_text, "on") ? "all" : !strncmp(r->ckpt_text, "blocks ", 7) ? r->ckpt_text + 7
+                                                                                                  : "off";
 
     /* The plan of every buffer (model walk, optimizer moments, data, library,
      * baseline); a run over --memory-limit is refused here, before any
@@ -231,15 +244,22 @@ static int run_train(Run *r, int *exit_code) {
      * by the same walks. */
     MemPlan plan;
     ModelSpec spec;
+    /* first with the start-up probe's per-primitive figures (nothing is
+     * created for a run that is refused), then with the run's primitives
+     * created and measured */
     if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
+    if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
+    plan_free(&plan);
+    if (run_plan_build_ex(&shape, &r->d.in, &plan, &spec, rank) < 0) { plan_free(&plan); return -1; }
     if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
     RunRecord record = {.args = a, .data = &r->d, .plan_total = total_bytes, .plan_arena = arena_bytes,
                         .world = world, .argc = r->argc, .argv = r->argv};
     for (int c = 0; c < MEM_CLASS_COUNT; c++) record.class_bytes[c] = plan_class_bytes(&plan, (MemClass)c);
-    plan_free(&plan);
-    TRY(arena_init(&r->arena, arena_bytes));
-    TRY(model_load(&r->model, a->model, &spec, &r->arena));
+    int rc = arena_init(&r->arena, arena_bytes);
+    if (rc == 0) rc = model_load(&r->model, a->model, &spec, &r->arena);
+    plan_free(&plan);   /* spec.embed_rows pointed into it */
+    TRY(rc);
     Rng init_rng;
     rng_seed(&init_rng, a->seed);
     TRY(model_init_trainables(r->model, &init_rng));

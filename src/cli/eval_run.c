@@ -5,9 +5,9 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
-#include "data/batching.h"
 #include "dist/dist.h"
 #include "formats/hf_config.h"
+#include "memory/infer_plan.h"
 #include "model/adapter_io.h"
 #include "tokenizer/tokenizer.h"
 #include "train/sources.h"
@@ -48,8 +48,14 @@ int eval_run(const EvalRequest *r) {
     if (dataset_load_split(&test, r->data, "test", tok, &dopt, &present) < 0) goto out;
     have_test = true;
     if (dopt.mask_prompt) dataset_warn_no_targets(&test, r->max_seq_length);
-    int width = batch_max_width(&test, r->batch_size, r->max_seq_length);
-    if (model_open_inference(&m, &arena, r->model, adapter, r->batch_size, width - 1, 0, 0) < 0) goto out;
+    /* planned before any weight is loaded (memory/infer_plan.h) */
+    InferRequest req = {INFER_EVAL, r->model, adapter, &test, r->batch_size, r->max_seq_length, r->test_batches,
+                        r->seed, 0, 0, dist_world(), r->threads, infer_baseline_now(&test), r->memory_limit, 0};
+    if (r->plan) {
+        rc = infer_print_plan(&req, true, stdout);
+        goto out;
+    }
+    if (infer_open(&req, &m, &arena, NULL) < 0) goto out;
     if (data_source_init(&src, NULL, NULL, &test, r->batch_size, r->max_seq_length, dist_rank(), dist_world(),
                          r->seed) < 0)
         goto out;

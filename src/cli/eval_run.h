@@ -7,6 +7,7 @@
 #ifndef LT_EVAL_RUN_H
 #define LT_EVAL_RUN_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "data/dataset.h"
 
@@ -19,6 +20,9 @@ typedef struct {
     int max_seq_length;
     int batch_size;
     uint64_t seed;
+    int threads;                /* compute threads (0: all cores), for the plan's primitives */
+    size_t memory_limit;        /* 0: none; over it the evaluation is refused before any weight is loaded */
+    bool plan;                  /* print the memory plan and stop (eval --plan) */
     DatasetOptions data_options;   /* mask_prompt, feature keys (chat_template is filled in here) */
     bool mlx_log;               /* print mlx_lm.lora's "Loading pretrained model" / "Loading datasets" / "Testing" */
 } EvalRequest;

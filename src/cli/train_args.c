@@ -12,6 +12,7 @@
 #include <yaml.h>
 #include "base/error.h"
 #include "formats/hf_hub.h"
+#include <stdlib.h>
 #include "kernels/matmul.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
@@ -54,8 +55,10 @@
      ARG_AT_LEAST(-1, "an integer >= -1")}, \
     {"max-seq-length", 0, ARG_INT, OFF(max_seq_length), "N", "longer examples are truncated", NULL, \
      ARG_AT_LEAST(2, "an integer >= 2")}, \
-    {"grad-checkpoint", 0, ARG_BOOL, OFF(grad_checkpoint), NULL, \
-     "recompute each block's activations in the backward pass", NULL, ARG_UNBOUNDED}, \
+    {"grad-checkpoint", 0, ARG_SWITCH_OR_VALUE, OFF(grad_checkpoint), "[auto|BLOCKS]", \
+     "keep only the input of each trainable block (alone), of the fewest blocks that fit --memory-limit " \
+     "(auto) or of the blocks listed (3,5-7), and recompute their activations in the backward pass", \
+     "all", ARG_UNBOUNDED}, \
     {"grad-accumulation-steps", 0, ARG_INT, OFF(grad_accumulation_steps), "N", "micro-batches per optimizer update", \
      NULL, ARG_UNBOUNDED}, \
     {"seed", 0, ARG_U64, OFF(seed), "N", "seed of the batch order, LoRA init and dropout", NULL, ARG_UNBOUNDED}, \
@@ -350,6 +353,7 @@ void train_args_default(TrainArgs *a) {
     optimizer_config_default(&a->optimizer_config);
     a->loss_normalization = "mean";
     a->weights_dtype = "auto";
+    a->grad_checkpoint = "off";
 }
 
 bool train_args_was_set(const TrainArgs *a, const char *name) {
@@ -405,7 +409,37 @@ static int parse_with(const ArgTable *t, TrainArgs *a, int argc, char **argv) {
     TRY(args_resolve_model(&a->model));
     TRY(hf_hub_check_data(a->data));
     print_mlx_only_notes(t, a);
+    BlockSet blocks;
+    bool all, none, autom;
+    TRY(train_args_checkpoint(a->grad_checkpoint, &blocks, &all, &none, &autom));
     return 0;
+}
+
+int train_args_checkpoint(const char *v, BlockSet *blocks, bool *all, bool *none, bool *autom) {
+    memset(blocks, 0, sizeof *blocks);
+    *all = *none = *autom = false;
+    if (!strcmp(v, "off") || !strcmp(v, "false")) return *none = true, 0;
+    if (!strcmp(v, "all") || !strcmp(v, "true") || !strcmp(v, "on")) return *all = true, 0;
+    if (!strcmp(v, "auto")) return *autom = true, 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0) break;
+        if (*end == '-') {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q || b < a) break;
+        }
+        if (b >= MODEL_MAX_BLOCKS)
+            return error_set("--grad-checkpoint: block %ld: at most %d blocks can be listed", b, MODEL_MAX_BLOCKS);
+        for (long l = a; l <= b; l++) block_set_add(blocks, (int)l);
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) break;
+        if (!*p) return 0;
+    }
+    return error_set("--grad-checkpoint: expected auto, all or block indices such as 3,5-7, got \"%s\"", v);
 }
 
 int train_args_parse(TrainArgs *a, int argc, char **argv) {
@@ -466,11 +500,23 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     out->batch_size = a->batch_size;
     out->grad_accumulation_steps = a->grad_accumulation_steps;
     out->max_seq_length = a->max_seq_length;
-    out->grad_checkpoint = a->grad_checkpoint;
+    bool all, none;
+    TRY(train_args_checkpoint(a->grad_checkpoint, &out->ckpt_blocks, &all, &none, &out->ckpt_auto));
+    out->grad_checkpoint = all;
+    int lo = a->num_layers <= 0 ? 0 : L - a->num_layers;
+    for (int l = 0; l < MODEL_MAX_BLOCKS; l++)
+        if (block_set_has(&out->ckpt_blocks, l) && (l < lo || l >= L))
+            return error_set("--grad-checkpoint: block %d is not trainable (blocks %d-%d train)", l, lo, L - 1);
     out->test = a->test;
     out->optimizer = a->optimizer_config;
     out->memory_limit = a->memory_limit;
     out->effective_batch_size = a->effective_batch_size;
+    out->iters = a->iters;
+    out->epochs = a->epochs;
+    out->seed = a->seed;
+    out->val_batches = a->val_batches;
+    out->test_batches = a->test_batches;
+    out->threads = a->threads;
     return 0;
 }
 
@@ -486,7 +532,8 @@ int train_args_weights_dtype(const TrainArgs *a, const ModelConfig *cfg, RunShap
     long rows = a->batch_size > 0 && a->max_seq_length > 0 ? (long)a->batch_size * a->max_seq_length : 256;
     if (rows > 256) rows = 256;
     ModelSpec probe = shape->spec;
-    probe.grad_checkpoint = a->grad_checkpoint;
+    probe.grad_checkpoint = shape->grad_checkpoint;
+    probe.ckpt_blocks = shape->ckpt_blocks;
     DType dt;
     TRY(model_auto_weights_dtype(a->model, cfg, &probe, (int)rows, &dt, note, cap));
     shape->spec.weight_dtype = dt;

@@ -41,7 +41,7 @@ typedef struct {
     bool test;
     int test_batches;
     int max_seq_length;
-    bool grad_checkpoint;
+    const char *grad_checkpoint; /* "off"; "all" (the switch alone, MLX-LM's); "auto"; blocks "3,5-7" */
     int grad_accumulation_steps;
     uint64_t seed;
     /* MLX-LM's data column keys (config keys of tuner/datasets.py) */
@@ -92,6 +92,8 @@ int train_args_parse(TrainArgs *a, int argc, char **argv);
 /* The same for `lmtune plan` (PLAN_ARGS_TABLE). */
 int plan_args_parse(TrainArgs *a, int argc, char **argv);
 bool train_args_was_set(const TrainArgs *a, const char *name);
+/* --grad-checkpoint's value: off, all, auto, or blocks ("3,5-7"). */
+int train_args_checkpoint(const char *value, BlockSet *blocks, bool *all, bool *none, bool *autom);
 /* The run shape the memory planner works on (memory/run_plan.h): tune
  * type, trainable blocks (MLX-LM's "Requested to train N layers but the
  * model only has L layers." when too many), LoRA rank/scale/dropout, adapted

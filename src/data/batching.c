@@ -176,6 +176,37 @@ static void fill_batch(BatchIter *it, int b) {
     }
 }
 
+void batch_describe(const BatchIter *it, int b, int *rows, int *width, long *loss_tokens, uint64_t *ids,
+                    uint32_t n_ids) {
+    const Dataset *d = it->data;
+    size_t first = (size_t)b * (size_t)it->batch_size, count = d->n - first;
+    if (count > (size_t)it->batch_size) count = (size_t)it->batch_size;
+    const int *group = it->sorted + first;
+    size_t longest = 0;
+    int r = 0;
+    for (size_t j = (size_t)it->rank; j < count; j += (size_t)it->world, r++)
+        if (dataset_len(d, (size_t)group[j]) > longest) longest = dataset_len(d, (size_t)group[j]);
+    int w = padded_width(longest, it->max_seq_length);
+    long loss = 0;
+    for (size_t j = (size_t)it->rank; j < count; j += (size_t)it->world) {
+        size_t ex = (size_t)group[j], len = dataset_len(d, ex);
+        if (len > (size_t)it->max_seq_length) len = (size_t)it->max_seq_length;
+        loss += batch_row_loss_tokens(d->offsets ? d->offsets[ex] : 0, (int32_t)len);
+        if (!ids) continue;
+        /* the model's inputs are positions 0 .. w-2: the row's tokens, then padding (id 0) */
+        size_t inputs = (size_t)w - 1;
+        const int32_t *t = d->tokens + d->starts[ex];
+        for (size_t k = 0; k < len && k < inputs; k++) {
+            uint32_t id = (uint32_t)t[k];
+            if (id < n_ids) ids[id >> 6] |= 1ull << (id & 63);
+        }
+        if (len < inputs) ids[0] |= 1ull;
+    }
+    *rows = r;
+    *width = w;
+    *loss_tokens = loss;
+}
+
 long batch_row_loss_tokens(int32_t offset, int32_t length) {
     /* Target steps s = 1 .. width-1 count when offset <= s < length. */
     int32_t first = offset > 1 ? offset : 1;

@@ -52,6 +52,13 @@ void batch_iter_free(BatchIter *it);
  * data, batch size and world): the next batches are those the saved one
  * would have given. */
 int batch_iter_set_cursor(BatchIter *it, const BatchCursor *c);
+/* Sorted batch b as fill_batch would make it for this iterator's worker,
+ * without filling it: rows, padded width and loss targets; and, when ids is
+ * not NULL, the token ids the model reads as inputs (positions 0 .. width-2
+ * of each row, padding id 0 included) set in the bitmap ids (bit i of word
+ * i / 64; ids >= n_ids are left out: the model refuses them). */
+void batch_describe(const BatchIter *it, int b, int *rows, int *width, long *loss_tokens, uint64_t *ids,
+                    uint32_t n_ids);
 /* Loss targets of one row: steps s with offset <= s < length (s >= 1).
  * MLX-LM counts s <= length, one padding target too many per row. */
 long batch_row_loss_tokens(int32_t offset, int32_t length);

@@ -34,9 +34,14 @@ int dist_world(void) { return g_world; }
 int dist_all_sum_floats(float *x, size_t n) {
     if (g_world == 1 || n == 0) return 0;
     double t0 = time_now();
-    /* Chunks of at most 2^30 elements: MPI counts are ints. */
-    for (size_t off = 0; off < n; off += (size_t)1 << 30) {
-        size_t k = n - off < ((size_t)1 << 30) ? n - off : (size_t)1 << 30;
+    /* Chunks of DIST_ALLREDUCE_CHUNK floats: Open MPI's in-place all-reduce
+     * works through a temporary buffer as large as its message (half of it
+     * with two workers, measured), so a whole gradient block in one call
+     * would hold another gradient-sized buffer; in chunks it holds at most
+     * one chunk's, which the memory plan counts. (Also: MPI counts are ints.) */
+    const size_t chunk = DIST_ALLREDUCE_CHUNK;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t k = n - off < chunk ? n - off : chunk;
         if (MPI_Allreduce(MPI_IN_PLACE, x + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
             return error_set("rank %d: MPI_Allreduce failed", g_rank);
     }

@@ -9,6 +9,9 @@
 #include "base/trainable.h"
 
 int dist_init(int *argc, char ***argv);
+/* Floats per MPI_Allreduce call of dist_all_sum_floats (1 MiB): the MPI
+ * library's working buffer for the gradient all-reduce is at most this. */
+#define DIST_ALLREDUCE_CHUNK ((size_t)1 << 18)
 void dist_finalize(void);
 int dist_rank(void);
 int dist_world(void);

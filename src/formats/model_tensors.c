@@ -63,6 +63,14 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
  * with tied embeddings. */
 static bool sanitized_away(const ModelConfig *c, const char *name) {
     if (strstr(name, "self_attn.rotary_emb.inv_freq")) return true;
+    if (c->q35.on) {
+        /* Qwen3.5's vision tower and multi-token-prediction head: qwen3_5.py's
+         * sanitize drops them; text fine-tuning never reads them */
+        static const char *const dropped[] = {"mtp.", "model.mtp.", "model.visual.", "visual.", "vision_tower.",
+                                              "model.vision_tower."};
+        for (size_t i = 0; i < sizeof dropped / sizeof *dropped; i++)
+            if (!strncmp(name, dropped[i], strlen(dropped[i]))) return true;
+    }
     return c->tie_word_embeddings && !strcmp(name, "lm_head.weight");
 }
 

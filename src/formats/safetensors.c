@@ -202,6 +202,7 @@ static int validate_offsets(StFile *f, size_t *data_end) {
 
 /* Parses and validates `header` (N bytes) of a file of `file_size` bytes. */
 static int parse_header(StFile *f, const unsigned char *header, size_t n, size_t file_size) {
+    f->file_size = file_size;
     const char *p = f->path;
     long bad = utf8_first_error(header, n);
     if (bad >= 0) return error_set("%s: header is not valid UTF-8 (byte %ld of the header)", p, bad);

@@ -27,7 +27,8 @@ typedef struct {
 typedef struct {
     MappedFile map;         /* whole file, or empty when opened header-only */
     char *path;
-    size_t header_len;      /* N */
+    size_t header_len;      /* N: tensor data starts at byte 8 + N */
+    size_t file_size;       /* bytes, also when opened header-only */
     StTensor *tensors;      /* sorted by name */
     size_t n_tensors;
     char **meta_keys, **meta_values; /* __metadata__ (strings only) */

@@ -275,6 +275,14 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
 }
 
 #ifndef LT_ISA_AVX512 /* once, in the baseline object */
+size_t attention_stack_bytes(int D) {
+    /* the tile arrays of attention_forward's and attention_backward's tasks */
+    size_t Dp = (size_t)pad16(D);
+    size_t fwd = 2 * TILE * Dp + 2 * HEADS_PER_TASK * TILE * Dp + TILE * TILE + 2 * HEADS_PER_TASK * TILE;
+    size_t bwd = 8 * TILE * Dp + 2 * TILE * TILE;
+    return (fwd > bwd ? fwd : bwd) * sizeof(float);
+}
+
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D) {
     (void)KVH; (void)D;
     return (size_t)B * H * T; /* D_i per query row */

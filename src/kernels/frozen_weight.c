@@ -117,9 +117,11 @@ void fw_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out,
     }
 }
 
+/* The scratch holds a panel (its first part) and, after it, the staging
+ * tile of products with a slice of a wider matrix as an operand (below). */
 size_t fw_panel_scratch_bytes(int max_cols) {
     size_t min_rows = (size_t)16 * (size_t)(max_cols > 0 ? max_cols : 1) * 4;
-    return min_rows > FW_PANEL_BUDGET ? min_rows : FW_PANEL_BUDGET;
+    return (min_rows > FW_PANEL_BUDGET ? min_rows : FW_PANEL_BUDGET) + FW_PANEL_BUDGET;
 }
 
 void fw_set_panel_scratch(void *scratch, size_t bytes) {
@@ -132,6 +134,40 @@ static void *panel_for(size_t bytes, const char *who) {
         die("frozen_weight.c: %s: panel scratch too small (%zu bytes set, %zu needed); "
             "call fw_set_panel_scratch first", who, fw_panel_size, bytes);
     return fw_panel;
+}
+
+/* oneDNN's brgemm kernels, which use the planned scratchpad and allocate
+ * nothing, take dense operands only: a product whose output or input is a
+ * slice of a wider matrix (the columns of a panel in out, the rows of a
+ * panel in dout) falls back to gemm:jit, whose packing buffers are
+ * malloc'ed by every thread at every call, outside the memory plan. Such a
+ * product runs instead through a dense staging tile after the panel in the
+ * scratch, `stage_rows` rows of `width` elements at a time. */
+static int stage_rows(int width, int N) {
+    size_t r = FW_PANEL_BUDGET / ((size_t)(width > 0 ? width : 1) * 4);
+    if (r < 1) r = 1;
+    return r > (size_t)N ? N : (int)r;
+}
+
+static void *stage_for(size_t panel_bytes, size_t bytes, const char *who) {
+    if (!fw_panel || fw_panel_size < panel_bytes + bytes)
+        die("frozen_weight.c: %s: panel scratch too small for the staging tile (%zu bytes set, %zu needed)", who,
+            fw_panel_size, panel_bytes + bytes);
+    /* 64-byte aligned after the panel */
+    return (char *)fw_panel + (panel_bytes + 63) / 64 * 64;
+}
+
+/* dst rows (n, width) with stride ld_dst += / = src rows (n, width), stride ld_src. */
+static void copy_rows(float *dst, size_t ld_dst, const float *src, size_t ld_src, int n, int width, bool add) {
+    #pragma omp parallel for schedule(static) if ((size_t)n * width > 32768)
+    for (int r = 0; r < n; r++) {
+        float *d = dst + (size_t)r * ld_dst;
+        const float *x = src + (size_t)r * ld_src;
+        if (add)
+            for (int c = 0; c < width; c++) d[c] += x[c];
+        else
+            memcpy(d, x, (size_t)width * sizeof *d);
+    }
 }
 
 /* Rows per row panel: the budget's worth, a multiple of 16, at least 1. */
@@ -205,12 +241,26 @@ void fw_linear_forward(float *out, const float *x, const uint16_t *x16, const Fr
     if (bf) a = x16 ? (const void *)x16 : (const void *)matmul_bf16_input(x, (size_t)N, (size_t)cols);
     size_t es = esize_of(w->compute);
     int P = panel_rows(w, es);
-    void *panel = panel_for((size_t)P * cols * es, "fw_linear_forward");
+    size_t panel_bytes = (size_t)P * cols * es;
+    void *panel = panel_for(panel_bytes, "fw_linear_forward");
     for (int o0 = 0; o0 < rows; o0 += P) {
         int np = rows - o0 < P ? rows - o0 : P;
         expand_rows_par(w, o0, np, w->compute, panel);
-        matmul_strided(out + o0, (size_t)rows, a, (size_t)cols, false, panel, (size_t)cols, true, w->compute,
-                       bias ? bias + o0 : NULL, N, np, cols, 1.0f, 0.0f);
+        if (np == rows) {
+            matmul_strided(out, (size_t)rows, a, (size_t)cols, false, panel, (size_t)cols, true, w->compute, bias,
+                           N, np, cols, 1.0f, 0.0f);
+            continue;
+        }
+        /* the panel's columns of out, through the staging tile (ns, np) */
+        int S = stage_rows(np, N);
+        float *tile = stage_for(panel_bytes, (size_t)S * np * sizeof(float), "fw_linear_forward");
+        for (int n0 = 0; n0 < N; n0 += S) {
+            int ns = N - n0 < S ? N - n0 : S;
+            const void *an = (const char *)a + (size_t)n0 * cols * es;
+            matmul_strided(tile, (size_t)np, an, (size_t)cols, false, panel, (size_t)cols, true, w->compute,
+                           bias ? bias + o0 : NULL, ns, np, cols, 1.0f, 0.0f);
+            copy_rows(out + (size_t)n0 * rows + o0, (size_t)rows, tile, (size_t)np, ns, np, false);
+        }
     }
 }
 
@@ -237,24 +287,55 @@ void fw_linear_backward_dinp(float *dx, float beta, const float *dout, const uin
     if (pc >= (size_t)cols || (pc >= min_pc && pc > 0)) {
         /* panels of whole columns: each column of dx is written by one product */
         if (pc > (size_t)cols) pc = (size_t)cols;
-        void *panel = panel_for(pc * rows * es, "fw_linear_backward_dinp");
+        size_t panel_bytes = pc * rows * es;
+        void *panel = panel_for(panel_bytes, "fw_linear_backward_dinp");
         for (size_t c0 = 0; c0 < (size_t)cols; c0 += pc) {
             int nc = (int)((size_t)cols - c0 < pc ? (size_t)cols - c0 : pc);
             expand_cols_par(w, (int)c0, nc, w->compute, panel);
-            matmul_strided(dx + c0, (size_t)cols, a, lda, false, panel, (size_t)nc, false, w->compute, NULL,
-                           N, nc, rows, 1.0f, beta);
+            if (nc == cols) {
+                matmul_strided(dx, (size_t)cols, a, lda, false, panel, (size_t)nc, false, w->compute, NULL,
+                               N, nc, rows, 1.0f, beta);
+                continue;
+            }
+            /* the panel's columns of dx, through the staging tile (ns, nc) */
+            int S = stage_rows(nc, N);
+            float *tile = stage_for(panel_bytes, (size_t)S * nc * sizeof(float), "fw_linear_backward_dinp");
+            for (int n0 = 0; n0 < N; n0 += S) {
+                int ns = N - n0 < S ? N - n0 : S;
+                const void *an = (const char *)a + (size_t)n0 * lda * es;
+                matmul_strided(tile, (size_t)nc, an, lda, false, panel, (size_t)nc, false, w->compute, NULL,
+                               ns, nc, rows, 1.0f, 0.0f);
+                copy_rows(dx + (size_t)n0 * cols + c0, (size_t)cols, tile, (size_t)nc, ns, nc, beta != 0.0f);
+            }
         }
         return;
     }
     /* very tall matrices (an LM head): panels of rows, products summed into dx */
     int P = panel_rows(w, es);
-    void *panel = panel_for((size_t)P * cols * es, "fw_linear_backward_dinp");
+    size_t panel_bytes = (size_t)P * cols * es;
+    void *panel = panel_for(panel_bytes, "fw_linear_backward_dinp");
     for (int o0 = 0; o0 < rows; o0 += P) {
         int np = rows - o0 < P ? rows - o0 : P;
         expand_rows_par(w, o0, np, w->compute, panel);
         const void *ap = (const char *)a + (size_t)o0 * es;
-        matmul_strided(dx, (size_t)cols, ap, lda, false, panel, (size_t)cols, false, w->compute, NULL,
-                       N, cols, np, 1.0f, o0 == 0 ? beta : 1.0f);
+        float b0 = o0 == 0 ? beta : 1.0f;
+        if ((size_t)np == lda) {
+            matmul_strided(dx, (size_t)cols, ap, lda, false, panel, (size_t)cols, false, w->compute, NULL,
+                           N, cols, np, 1.0f, b0);
+            continue;
+        }
+        /* the panel's columns of dout, copied to the staging tile (ns, np) */
+        int S = stage_rows(np, N);
+        void *tile = stage_for(panel_bytes, (size_t)S * np * es, "fw_linear_backward_dinp");
+        for (int n0 = 0; n0 < N; n0 += S) {
+            int ns = N - n0 < S ? N - n0 : S;
+            const char *src = (const char *)ap + (size_t)n0 * lda * es;
+            #pragma omp parallel for schedule(static) if ((size_t)ns * np > 32768)
+            for (int r = 0; r < ns; r++)
+                memcpy((char *)tile + (size_t)r * np * es, src + (size_t)r * lda * es, (size_t)np * es);
+            matmul_strided(dx + (size_t)n0 * cols, (size_t)cols, tile, (size_t)np, false, panel, (size_t)cols, false,
+                           w->compute, NULL, ns, cols, np, 1.0f, b0);
+        }
     }
 }
 
@@ -277,5 +358,88 @@ void fw_row_norms2(float *out, const FrozenWeight *w) {
             for (int c = 0; c < nc; c++) s += (double)buf[c] * buf[c];
         }
         out[r] = (float)s;
+    }
+}
+
+/* --- the shapes of the products above, for the memory planner --- */
+
+void fw_forward_shapes(const FrozenWeight *w, int N, bool bias, bool have_x, FwShapeSink sink, void *ctx) {
+    int rows = w->rows, cols = w->cols;
+    if (N <= 0 || rows <= 0) return;
+    if (fw_is_direct(w)) {
+        MatmulShape k = matmul_shape_linear_forward(N, cols, rows, w->dtype, bias);
+        sink(ctx, &k);
+        return;
+    }
+    if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_AFFINE && have_x) return;   /* the fused GEMV */
+    int P = panel_rows(w, esize_of(w->compute));
+    for (int o0 = 0; o0 < rows; o0 += P) {
+        int np = rows - o0 < P ? rows - o0 : P;
+        if (np == rows) {
+            MatmulShape k = matmul_shape_strided((size_t)rows, (size_t)cols, false, (size_t)cols, true, w->compute,
+                                                 bias, N, np, cols, 1.0f, 0.0f);
+            sink(ctx, &k);
+            continue;
+        }
+        int S = stage_rows(np, N);
+        for (int n0 = 0; n0 < N; n0 += S) {
+            int ns = N - n0 < S ? N - n0 : S;
+            MatmulShape k = matmul_shape_strided((size_t)np, (size_t)cols, false, (size_t)cols, true, w->compute,
+                                                 bias, ns, np, cols, 1.0f, 0.0f);
+            sink(ctx, &k);
+        }
+    }
+}
+
+void fw_dinp_shapes(const FrozenWeight *w, int N, float beta, size_t ld16, FwShapeSink sink, void *ctx) {
+    int rows = w->rows, cols = w->cols;
+    if (N <= 0 || rows <= 0 || cols <= 0) return;
+    bool bf = w->compute == DTYPE_BF16;
+    if (fw_is_direct(w)) {
+        MatmulShape k = bf && ld16 ? matmul_shape_dinp_bf16_dout(ld16, N, cols, rows, beta)
+                                   : matmul_shape_linear_dinp(N, cols, rows, w->dtype, beta);
+        sink(ctx, &k);
+        return;
+    }
+    size_t lda = bf && ld16 ? ld16 : (size_t)rows, es = esize_of(w->compute);
+    size_t align = (size_t)fw_col_align(w);
+    if ((size_t)rows * align * es <= FW_PANEL_BUDGET) {
+        size_t pc = FW_PANEL_BUDGET / ((size_t)rows * es) / align * align;
+        if (pc > (size_t)cols) pc = (size_t)cols;
+        for (size_t c0 = 0; c0 < (size_t)cols; c0 += pc) {
+            int nc = (int)((size_t)cols - c0 < pc ? (size_t)cols - c0 : pc);
+            if (nc == cols) {
+                MatmulShape k = matmul_shape_strided((size_t)cols, lda, false, (size_t)nc, false, w->compute, false,
+                                                     N, nc, rows, 1.0f, beta);
+                sink(ctx, &k);
+                continue;
+            }
+            int S = stage_rows(nc, N);
+            for (int n0 = 0; n0 < N; n0 += S) {
+                int ns = N - n0 < S ? N - n0 : S;
+                MatmulShape k = matmul_shape_strided((size_t)nc, lda, false, (size_t)nc, false, w->compute, false,
+                                                     ns, nc, rows, 1.0f, 0.0f);
+                sink(ctx, &k);
+            }
+        }
+        return;
+    }
+    int P = panel_rows(w, es);
+    for (int o0 = 0; o0 < rows; o0 += P) {
+        int np = rows - o0 < P ? rows - o0 : P;
+        float b0 = o0 == 0 ? beta : 1.0f;
+        if ((size_t)np == lda) {
+            MatmulShape k = matmul_shape_strided((size_t)cols, lda, false, (size_t)cols, false, w->compute, false, N,
+                                                 cols, np, 1.0f, b0);
+            sink(ctx, &k);
+            continue;
+        }
+        int S = stage_rows(np, N);
+        for (int n0 = 0; n0 < N; n0 += S) {
+            int ns = N - n0 < S ? N - n0 : S;
+            MatmulShape k = matmul_shape_strided((size_t)cols, (size_t)np, false, (size_t)cols, false, w->compute,
+                                                 false, ns, cols, np, 1.0f, b0);
+            sink(ctx, &k);
+        }
     }
 }

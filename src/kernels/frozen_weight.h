@@ -101,8 +101,11 @@ void fw_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out,
 
 /* The panel scratch of the products that expand. One buffer of the run,
  * shared by every frozen product (they never overlap); sized by
- * fw_panel_scratch_bytes for the widest matrix. A product that needs a
- * panel and finds none dies with a message (a planning bug). */
+ * fw_panel_scratch_bytes for the widest matrix: a panel, then the staging
+ * tile through which a product whose output or input is a slice of a wider
+ * matrix runs (oneDNN's brgemm takes dense operands only; its fallback
+ * allocates outside the plan). A product that needs a panel and finds none
+ * dies with a message (a planning bug). */
 size_t fw_panel_scratch_bytes(int max_cols);
 void fw_set_panel_scratch(void *scratch, size_t bytes);
 
@@ -121,6 +124,15 @@ void fw_linear_backward_dinp(float *dx, float beta, const float *dout, const uin
 void fw_gather_rows(float *out, const int *ids, int N, const FrozenWeight *w);
 /* out (rows) = sum over the row of the dequantized W^2, summed in double. */
 void fw_row_norms2(float *out, const FrozenWeight *w);
+
+/* The oneDNN shapes fw_linear_forward (have_x: x given, not only x16) and
+ * fw_linear_backward_dinp (ld16: the bf16 dout's row stride, 0 when none)
+ * create for N rows, one sink call per product: the memory planner lists a
+ * run's primitives with them (model/model_products.c). */
+struct MatmulShape;
+typedef void (*FwShapeSink)(void *ctx, const struct MatmulShape *shape);
+void fw_forward_shapes(const FrozenWeight *w, int N, bool bias, bool have_x, FwShapeSink sink, void *ctx);
+void fw_dinp_shapes(const FrozenWeight *w, int N, float beta, size_t ld16, FwShapeSink sink, void *ctx);
 
 /* Rows up to which fw_linear_forward uses the fused GEMV (decoding). */
 #define FW_GEMV_MAX_ROWS 4

@@ -9,8 +9,21 @@
  *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for bf16 products)
  *   logits (chunk, V)  logits, then dlogits (for bf16 products, each row's
  *                      dlogits are rounded to bf16 in place, in the first half
- *                      of the row, and read with a row stride of 2V bf16)
+ *                      of the row, then the rows are packed to (chunk, V)
+ *                      bf16: a dense operand is what oneDNN's brgemm takes; a
+ *                      row stride of 2V sends the product to its gemm:jit
+ *                      implementation, whose packing buffers are malloc'ed
+ *                      per thread and call, outside the memory plan)
  *   drows  (chunk, C)  dinp of the gathered rows before the scatter
+ *
+ * The products of a chunk run on lmhead_product_rows(n, chunk) rows: the n
+ * gathered rows plus zero rows up to a multiple of 16. A last chunk's n
+ * depends on the data (how many targets of a batch count), and every
+ * distinct n would be a oneDNN primitive of its own, JIT-compiled and held
+ * (up to the cache's 256); with the padding a run has at most chunk / 16
+ * LM-head shapes per direction, which the memory planner counts. The padded
+ * rows cost at most 15 rows of products per batch; their results are not
+ * read.
  *
  * Compiled twice in the portable build (kernels/isa.h): the softmax's
  * exponentials run on 16-float vectors, one register with AVX-512. */
@@ -24,6 +37,11 @@
 #include "base/error.h"
 
 #ifndef LT_ISA_AVX512 /* once, in the baseline object */
+int lmhead_product_rows(int n, int chunk) {
+    int p = (n + 15) / 16 * 16;
+    return p < chunk ? p : chunk;
+}
+
 size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
@@ -90,6 +108,7 @@ double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const
             idx[n++] = next;
         }
         if (n == 0) break;
+        int np = lmhead_product_rows(n, chunk);
         if (bf) {
             uint16_t *rows16 = (uint16_t *)(void *)rows;
             #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
@@ -100,10 +119,12 @@ double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const
                 for (; c + 16 <= C; c += 16) store16_bf16(dst + c, load16(src + c));
                 for (; c < C; c++) dst[c] = f32_to_bf16(src[c]);
             }
-            fw_linear_forward(logits, NULL, rows16, w, NULL, n);
+            memset(rows16 + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows16);
+            fw_linear_forward(logits, NULL, rows16, w, NULL, np);
         } else {
             for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
-            fw_linear_forward(logits, rows, NULL, w, NULL, n);
+            memset(rows + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows);
+            fw_linear_forward(logits, rows, NULL, w, NULL, np);
         }
         double chunk_loss[chunk];
         #pragma omp parallel for schedule(static)
@@ -116,10 +137,16 @@ double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const
             if (row_loss) row_loss[idx[r]] = (float)chunk_loss[r];
         }
         if (!want_grad) continue;
-        if (bf)
-            fw_linear_backward_dinp(drows, 0.0f, NULL, (const uint16_t *)(const void *)logits, 2 * (size_t)V, w, n);
-        else
-            fw_linear_backward_dinp(drows, 0.0f, logits, NULL, 0, w, n);
+        /* the padded rows' logits are read as they are (their drows are not used) */
+        if (bf) {
+            /* row r's bf16 dlogits move from byte 4rV to 2rV: in ascending
+             * order every destination lies in rows already moved */
+            uint16_t *d16 = (uint16_t *)(void *)logits;
+            for (int r = 1; r < np; r++) memmove(d16 + (size_t)r * V, d16 + 2 * (size_t)r * V, (size_t)V * 2);
+            fw_linear_backward_dinp(drows, 0.0f, NULL, d16, (size_t)V, w, np);
+        } else {
+            fw_linear_backward_dinp(drows, 0.0f, logits, NULL, 0, w, np);
+        }
         #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
         for (int r = 0; r < n; r++) {
             float *dst = dinp + (size_t)idx[r] * C;

@@ -1,7 +1,9 @@
 /* matmul.h: every matrix product of lmtune, through oneDNN (fp32, and bf16
  * inputs with fp32 accumulation for frozen bf16 weights). Primitives are
  * created once per shape and cached, so the step loop creates nothing.
- * Row-major throughout. */
+ * Row-major throughout. The shape each product creates is public
+ * (MatmulShape, matmul_shape_*), so the memory planner can list a run's
+ * primitives before the run and ask what they hold (matmul_plan). */
 #ifndef LT_MATMUL_H
 #define LT_MATMUL_H
 #include <stdbool.h>
@@ -62,6 +64,8 @@ long matmul_primitives_created(void);
  * prints the sums (calls, CPU seconds, GFLOP/s) to stderr when print, and
  * clears them. */
 void matmul_profile_report(bool print);
+/* Primitives alive in the cache now (at most its 256 slots). */
+long matmul_primitives_alive(void);
 /* Destroys every cached primitive and the engine (end of program, tests). */
 void matmul_release_all(void);
 
@@ -106,4 +110,77 @@ void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld
 void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA,
                     const void *B, size_t ldb, bool transB, DType ab, const float *bias,
                     int M, int N, int K, float alpha, float beta);
+
+/* --- shapes and planning --- */
+
+/* Everything a primitive's creation depends on: the cache key. */
+typedef struct MatmulShape {
+    int64_t M, N, K;
+    int transA, transB;
+    int64_t lda, ldb, ldc;      /* row strides of A, B (as stored) and C, in elements */
+    DType a_type, b_type;       /* F32 or BF16 */
+    float alpha, beta;
+    int has_bias;
+} MatmulShape;
+
+/* The shape each entry point above creates for its arguments. */
+MatmulShape matmul_shape_gemm(int M, int N, int K, bool transA, bool transB, float alpha, float beta);
+/* linear_forward and linear_forward_bf16_input (wtype BF16) */
+MatmulShape matmul_shape_linear_forward(int N, int C, int OC, DType wtype, bool bias);
+/* linear_backward's (beta 1) and linear_backward_set_dinp's (beta 0) dinp product */
+MatmulShape matmul_shape_linear_dinp(int N, int C, int OC, DType wtype, float beta);
+/* linear_backward's dweight product */
+MatmulShape matmul_shape_linear_dweight(int N, int C, int OC);
+MatmulShape matmul_shape_dinp_bf16_dout(size_t ld_dout, int N, int C, int OC, float beta);
+MatmulShape matmul_shape_strided(size_t ldc, size_t lda, bool transA, size_t ldb, bool transB, DType ab, bool bias,
+                                 int M, int N, int K, float alpha, float beta);
+
+/* What a list of shapes (a run's products, duplicates allowed) holds. */
+typedef struct {
+    size_t shapes;              /* distinct shapes */
+    size_t primitives;          /* alive at once: min(shapes, the cache's 256 slots) */
+    size_t primitives_bf16;     /* of them, bf16 products */
+    size_t primitive_bytes;     /* resident bytes one f32 primitive holds (start-up probe) */
+    size_t primitive_bytes_bf16; /* one bf16 primitive (more kernels: the operands' bf16 layouts) */
+    size_t held_bytes;          /* what the primitives hold together */
+    bool measured;              /* held_bytes measured by creating them (run_library_plan) */
+    size_t scratchpad_bytes;    /* the largest scratchpad need (oneDNN's answer per shape) */
+} MatmulPlan;
+/* Used when no probe ran (measured on an AMD Zen 4 core: 40-64 KiB). */
+#define MATMUL_PRIMITIVE_BYTES_DEFAULT ((size_t)56 << 10)
+int matmul_plan(const MatmulShape *shapes, size_t n, MatmulPlan *out);
+/* Creates the primitives of these shapes now (the first 256 distinct ones
+ * not alive yet; a run's first step then creates nothing) and returns what
+ * the resident set grew by: what they hold, measured. */
+size_t matmul_prepare(const MatmulShape *shapes, size_t n);
+/* oneDNN's name of the implementation it picks for a shape (into buf). */
+const char *matmul_shape_impl(const MatmulShape *shape, char *buf, size_t n);
+/* The shapes of the primitives alive now (up to cap of them written);
+ * returns how many there are. Tests compare them with model_products. */
+size_t matmul_alive_shapes(MatmulShape *out, size_t cap);
+
+/* The planned scratchpad every primitive runs with (an arena entry of
+ * MatmulPlan.scratchpad_bytes); NULL: none. A product that needs more uses
+ * a buffer of matmul.c's own, which matmul_unplanned_scratchpad_bytes
+ * reports (0 in a planned run). */
+void matmul_set_scratchpad(void *pad, size_t bytes);
+/* The owner of these buffers (matmul_set_scratch's, matmul_set_scratchpad's)
+ * is going away: whichever is still set is unset. */
+void matmul_forget(const void *scratch, const void *pad);
+size_t matmul_unplanned_scratchpad_bytes(void);
+
+/* The start-up probe (once per process, tens of milliseconds): warms up
+ * oneDNN and the OpenMP threads, measures what one primitive holds and the
+ * machine's GEMM rates, then releases everything it created. Run it before
+ * the process baseline is measured. */
+typedef struct {
+    size_t primitive_bytes;     /* resident growth per f32 primitive created */
+    size_t primitive_bytes_bf16; /* per bf16 primitive */
+    double gflops_f32, gflops_bf16; /* one core: a 256 x 512 x 512 product, best of 5 */
+    int threads;                /* OpenMP threads of the run */
+    long probe_primitives;
+    size_t rss_peak;            /* the process's resident set while the probe held the most (its
+                                   buffers and primitives alive): a floor of any run's peak */
+} MatmulProbe;
+const MatmulProbe *matmul_probe(void);
 #endif

@@ -66,6 +66,10 @@ void attention_backward(float *dq,        /* (B, T, H, D) += */
                         float *workspace, /* attention_workspace_floats(...) floats */
                         int B, int T, int H, int KVH, int D);
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D);
+/* Bytes of the tiles one thread's attention task keeps on its stack (the
+ * larger of the forward's and the backward's): resident on every OpenMP
+ * thread's stack once attention has run, so the memory plan counts them. */
+size_t attention_stack_bytes(int D);
 
 /* --- SwiGLU: out = silu(gate) * up --- */
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
@@ -92,6 +96,9 @@ double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
                    int chunk, int N);
 size_t lmhead_scratch_floats(int chunk, int C, int V);
+/* Rows the products of a chunk of n counted rows run on: n rounded up to a
+ * multiple of 16, at most chunk (zero rows; see lmhead_xent.c). */
+int lmhead_product_rows(int n, int chunk);
 /* Plain logits for generation: out (N, V) = inp (N, C) W^T. A bf16 product
  * needs the matmul conversion scratch for (N, C). */
 void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, int N);

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #define PROBE_MAX_WEIGHTS (1 << 19)
+#define PROBE_MAX_OUTPUTS (1 << 18)
 
 /* One kind of frozen product: W (out, in); fwd and bwd are how many forward
  * products and input gradients of it a step runs. */

@@ -8,6 +8,7 @@
 #define LT_PLAN_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include "base/arena.h"
 
 typedef enum {
@@ -39,14 +40,26 @@ typedef struct {
 typedef struct {
     PlanEntry *entries;
     size_t n, cap;
+    void *owned;      /* heap data the plan's model spec points to (freed by plan_free) */
 } MemPlan;
 
 const char *mem_class_name(MemClass c);
 int plan_note(MemPlan *p, MemClass c, const char *name, size_t bytes, bool in_arena);
 size_t plan_total(const MemPlan *p);
+/* The start-up probe's resident set (matmul_probe's rss_peak: its buffers
+ * and primitives alive, above the baseline it leaves) is a floor of the
+ * run's peak: when it is above the plan's total (a tiny model, generating a
+ * few tokens), the difference is noted (MEM_RUNTIME, measured), so the plan
+ * is never below what the process reaches before its first step. Call last. */
+int plan_note_startup_peak(MemPlan *p);
 size_t plan_arena_bytes(const MemPlan *p);
 size_t plan_class_bytes(const MemPlan *p, MemClass c);
 void plan_free(MemPlan *p);
+/* The table of classes (every entry with verbose), the arena and the total. */
+void plan_print_table(const MemPlan *p, bool verbose, FILE *out);
+/* "the run needs X but --memory-limit is Y; largest parts: A a, B b, C c"
+ * into msg; returns its length. */
+size_t plan_limit_text(const MemPlan *p, size_t limit, char *msg, size_t cap);
 
 /* Planning mode: arena == NULL, every carve records an entry and yields NULL.
  * Allocation mode: plan may be NULL; carve takes the block from the arena. */

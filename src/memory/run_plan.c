@@ -1,6 +1,7 @@
 /* run_plan.c: the plan of a training run, its limit check with levers, and
  * --batch-size auto (see run_plan.h). */
 #include "memory/run_plan.h"
+#include "dist/dist.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/sys.h"
@@ -8,9 +9,18 @@
 #include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
+#include "memory/run_batches.h"
+#include "memory/run_ckpt.h"
+#include "kernels/ops.h"
+#include "base/fileio.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <stdio.h>
 #include <string.h>
 
 size_t run_baseline_now(const RunInputs *in) {
+    rss_snapshot_baseline();
     size_t rss = rss_current_bytes(), data = 0;
     if (in->train) data += dataset_bytes(in->train);
     if (in->valid) data += dataset_bytes(in->valid);
@@ -25,64 +35,45 @@ int run_max_width(const RunShape *a, const RunInputs *in) {
     return w;
 }
 
-/* oneDNN's memory: each matrix-product primitive (its JIT-compiled kernels
- * and descriptors) holds about 0.21 MB (measured: 256 f32 primitives of
- * training shapes add 53 MB), and the products of one batch width make about
- * two dozen primitives (forward, backward and LoRA's thin products of the
- * projections, and the LM head); the cache keeps at most 256. Plus the
- * scratchpad, which is at most one panel reorder of the widest activation. */
-static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, int distinct_widths) {
-    size_t N = (size_t)s->max_rows * (s->max_tokens > 0 ? s->max_tokens : 1);
-    size_t widest = (size_t)c->intermediate_size > (size_t)c->hidden_size ? (size_t)c->intermediate_size : (size_t)c->hidden_size;
-    size_t primitives = (size_t)(distinct_widths > 0 ? distinct_widths : 1) * 24;
-    if (c->q35.on) {
-        /* Qwen3.5: the Gated DeltaNet's in_proj_qkv and the gated q_proj are wider, and its
-         * two block kinds make about twice the products */
-        const Qwen35Config *q = &c->q35;
-        size_t cc = 2 * (size_t)q->k_heads * q->k_dim + (size_t)q->v_heads * q->v_dim;
-        size_t qg = 2 * (size_t)c->num_attention_heads * c->head_dim;
-        if (cc > widest) widest = cc;
-        if (qg > widest) widest = qg;
-        primitives *= 2;
-    }
-    if (primitives > 256) primitives = 256;
-    return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
-}
-
-/* The number of distinct batch widths of the run's data sets, or -1 (out of
- * memory: error set). */
-static int distinct_widths(const RunShape *a, const RunInputs *in) {
-    const Dataset *sets[3] = { in->train, in->valid, in->test && a->test ? in->test : NULL };
-    int n = 0;
-    for (int i = 0; i < 3; i++) {
-        if (!sets[i]) {
-            continue;
-        }
-        int k = batch_distinct_widths(sets[i], a->batch_size, a->max_seq_length);
-        if (k < 0) {
-            return -1;
-        }
-        n += k;
-    }
-    return n;
-}
-
 void run_model_spec(const RunShape *a, const RunInputs *in, ModelSpec *spec) {
     int world = in->world > 0 ? in->world : 1;
     int rows = a->batch_size / world > 0 ? a->batch_size / world : 1;
     *spec = a->spec;
     spec->grad_checkpoint = a->grad_checkpoint;
+    spec->ckpt_blocks = a->ckpt_blocks;
     spec->max_rows = rows;
     spec->max_tokens = run_max_width(a, in) - 1;
     spec->training = true;
 }
 
+int run_file_dtype(const RunShape *a, const RunInputs *in, DType *out) {
+    /* the dtype the matrices really have in the files (config.json's
+     * torch_dtype may say otherwise), or of a quantized model's scales */
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    *out = ws.file_dtype;
+    return 0;
+}
+
+int run_threads(const RunShape *s) {
+    if (s->threads > 0) return s->threads;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec) {
+    return run_plan_build_ex(a, in, plan, spec, -1);
+}
+
+int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec, int prepare_rank) {
     memset(plan, 0, sizeof *plan);
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
-    /* Plan for the matrices as they really are in the file (config.json's
+    /* Plan for the matrices as they really are in the files (config.json's
      * torch_dtype may say otherwise; quantized modules): read from the
      * safetensors headers and config.json's quantization; the layout of the
      * weights (Qwen3.5: names, transformers' or MLX-LM's conventions) as the
@@ -100,7 +91,26 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
         }
     }
     WeightsSummary ws;
+    MatmulPlan lib = {0};
+    FrozenWeight *views = NULL;
+    int n_views = 0;
     if (rc == 0) rc = model_weights_summary(a->model_dir, cfg, &ws);
+    if (rc == 0 && ws.quantized) rc = model_frozen_views(a->model_dir, cfg, spec->weight_dtype, &views, &n_views);
+    /* The batches the run reads: the embedding rows of their tokens, and the
+     * matrix products (oneDNN primitives) they create. */
+    if (rc == 0) {
+        RunBatches rb;
+        rc = run_batches_build(a, in, &rb);
+        if (rc == 0) rc = run_library_plan(&rb, world, prepare_rank, cfg, spec, &ws, views, &lib);
+        plan->owned = rb.ids;
+        rb.ids = NULL;
+        run_batches_free(&rb);
+        if (rc == 0) {
+            spec->embed_rows = plan->owned;
+            spec->library_scratchpad = lib.scratchpad_bytes;
+        }
+    }
+    mem_free(views);
     if (rc == 0) rc = model_layout_summary(cfg, spec, &ws, &cv);
     if (rc == 0) rc = model_plan_weights(a->model_dir, cfg, spec, plan);
     TrainableTensor *list = NULL;
@@ -117,36 +127,44 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     if (in->valid) data += dataset_bytes(in->valid);
     if (in->test && a->test) data += dataset_bytes(in->test);
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
-    TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
-    int widths = distinct_widths(a, in);
-    TRY(widths);
-    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, widths), false));
-    if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
-        TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
+    size_t batch_bytes = batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3;
+    TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_bytes, false));
+    char nm[96];
+    int threads = run_threads(a);
+    snprintf(nm, sizeof nm, "attention tiles on the stacks of %d threads", threads);
+    size_t pg = file_page_size();
+    size_t stack = (attention_stack_bytes(in->cfg->head_dim) + pg - 1) / pg * pg;
+    TRY(plan_note(plan, MEM_ATTENTION, nm, (size_t)threads * stack, false));
+    if (lib.measured)
+        snprintf(nm, sizeof nm, "oneDNN primitives: %zu (%zu bf16), created now and measured", lib.primitives,
+                 lib.primitives_bf16);
+    else
+        snprintf(nm, sizeof nm, "oneDNN primitives: %zu f32 x %zu B, %zu bf16 x %zu B (start-up probe)",
+                 lib.primitives - lib.primitives_bf16, lib.primitive_bytes, lib.primitives_bf16,
+                 lib.primitive_bytes_bf16);
+    TRY(plan_note(plan, MEM_LIBRARY, nm, lib.held_bytes, false));
+    if (world > 1) {
+        /* the MPI library's working buffer of one all-reduce call: at most
+         * one chunk of the gradient block (dist/dist.h) */
+        size_t grads = plan_class_bytes(plan, MEM_GRADIENTS), chunk = DIST_ALLREDUCE_CHUNK * sizeof(float);
+        TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce working buffer (one chunk)", grads < chunk ? grads : chunk,
+                      false));
+    }
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
-    return 0;
+    return plan_note_startup_peak(plan);
 }
 
 static const char *tune_name(TuneType t) { return t == TUNE_LORA ? "LoRA" : t == TUNE_DORA ? "DoRA" : t == TUNE_FULL ? "full" : "none"; }
 
 void run_plan_print(const RunShape *a, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out) {
     char b[32];
+    char ck[160];
+    run_ckpt_text(spec, ck, sizeof ck);
     fprintf(out, "Memory plan: %s, %s fine-tuning of %s blocks, micro-batch %d x %d tokens, grad checkpoint %s, "
             "accumulation %d\n", a->model_dir, tune_name(spec->type),
             spec->num_layers <= 0 ? "all" : (snprintf(b, sizeof b, "the last %d", spec->num_layers), b),
-            spec->max_rows, spec->max_tokens, spec->grad_checkpoint ? "on" : "off", a->grad_accumulation_steps);
-    fprintf(out, "  %-44s %16s %12s\n", "buffer class", "bytes", "");
-    for (int c = 0; c < MEM_CLASS_COUNT; c++) {
-        size_t bytes = plan_class_bytes(plan, (MemClass)c);
-        if (!bytes && c != MEM_CHECKPOINTS && c != MEM_RECOMPUTE) continue;
-        fprintf(out, "  %-44s %16zu %12s\n", mem_class_name((MemClass)c), bytes, format_bytes(b, sizeof b, bytes));
-        if (verbose)
-            for (size_t i = 0; i < plan->n; i++)
-                if (plan->entries[i].cls == (MemClass)c)
-                    fprintf(out, "      %-58s %14zu%s\n", plan->entries[i].name, plan->entries[i].bytes, plan->entries[i].in_arena ? "" : "  (outside the arena)");
-    }
-    fprintf(out, "  %-44s %16zu %12s\n", "arena (allocated once, touched once)", plan_arena_bytes(plan), format_bytes(b, sizeof b, plan_arena_bytes(plan)));
-    fprintf(out, "Planned peak: %zu bytes (%s)\n", plan_total(plan), format_bytes(b, sizeof b, plan_total(plan)));
+            spec->max_rows, spec->max_tokens, ck, a->grad_accumulation_steps);
+    plan_print_table(plan, verbose, out);
 }
 
 /* Total of the plan for a variant of the arguments; 0 when it cannot be built. */
@@ -254,31 +272,50 @@ int run_choose_batch(RunShape *a, const RunInputs *in, FILE *out) {
     if (a->batch_size != 0) return 0;
     int effective = a->effective_batch_size > 0 ? a->effective_batch_size : 4 * a->grad_accumulation_steps;
     if (!a->memory_limit) return error_set("--batch-size auto needs --memory-limit");
-    RunShape v = *a;
+    char b1[32], b2[32];
+    /* 1. the largest micro-batch that fits with the checkpointing asked for
+     * (none with auto), 2. else, from the largest, the fewest checkpointed
+     * blocks that make one fit */
     for (int pass = 0; pass < 2; pass++) {
-        v.grad_checkpoint = a->grad_checkpoint || pass == 1;
         for (int b = effective; b >= 1; b--) {
-            if (effective % b) continue;
-            if (in->train->n < (size_t)b) continue;
+            if (effective % b || in->train->n < (size_t)b) continue;
+            RunShape v = *a;
             v.batch_size = b;
             v.grad_accumulation_steps = effective / b;
-            size_t t = run_plan_total(&v, in);
-            if (t && t <= a->memory_limit) {
-                char b1[32], b2[32];
-                fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d%s; planned %s of the %s limit\n",
-                        b, v.grad_accumulation_steps, effective, v.grad_checkpoint && !a->grad_checkpoint ? ", with --grad-checkpoint (no micro-batch fits without it)" : "",
-                        format_bytes(b1, sizeof b1, t), format_bytes(b2, sizeof b2, a->memory_limit));
-                a->batch_size = b;
-                a->grad_accumulation_steps = v.grad_accumulation_steps;
-                a->grad_checkpoint = v.grad_checkpoint;
+            if (pass == 0) {
+                v.ckpt_auto = false;
+                size_t t = run_plan_total(&v, in);
+                if (!t || t > a->memory_limit) continue;
+                fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d; planned %s "
+                        "of the %s limit\n", b, v.grad_accumulation_steps, effective, format_bytes(b1, sizeof b1, t),
+                        format_bytes(b2, sizeof b2, a->memory_limit));
+                *a = v;
                 return 0;
             }
+            RunCkptChoice ch;
+            if (run_ckpt_choose(&v, in, &ch) < 0) {
+                error_clear();
+                continue;
+            }
+            if (ch.count <= 0) continue;
+            fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d, with %d "
+                    "checkpointed blocks (no micro-batch fits without); planned %s of the %s limit\n", b,
+                    v.grad_accumulation_steps, effective, ch.count, format_bytes(b1, sizeof b1, ch.total_after),
+                    format_bytes(b2, sizeof b2, a->memory_limit));
+            run_ckpt_print(&ch, &v, out);
+            v.grad_checkpoint = false;
+            v.ckpt_auto = false;
+            v.ckpt_blocks = ch.set;
+            *a = v;
+            return 0;
         }
     }
     a->batch_size = 1;
     a->grad_accumulation_steps = effective;
     a->grad_checkpoint = true;
-    MemPlan p; ModelSpec s;
+    a->ckpt_auto = false;
+    MemPlan p;
+    ModelSpec s;
     TRY(run_plan_build(a, in, &p, &s));
     int rc = run_check_limit(a, in, &p);
     plan_free(&p);

@@ -30,11 +30,20 @@ typedef struct {
     int batch_size;             /* global rows of a micro-batch; 0: auto */
     int grad_accumulation_steps;
     int max_seq_length;
-    bool grad_checkpoint;
+    bool grad_checkpoint;       /* every trainable block */
+    BlockSet ckpt_blocks;       /* these blocks (--grad-checkpoint 3,5-7) */
+    bool ckpt_auto;             /* --grad-checkpoint auto: run_choose_checkpoint picks them */
     bool test;                  /* the test split is evaluated too */
     OptimizerConfig optimizer;
     size_t memory_limit;        /* 0: none */
     int effective_batch_size;   /* --batch-size auto keeps it; 0: 4 x accumulation steps */
+    /* which batches the run reads (memory/run_batches.h) */
+    int iters;                  /* micro-batches trained; 0: one epoch */
+    double epochs;              /* > 0: sets iters as lmtune train does */
+    uint64_t seed;              /* the batch order's seed */
+    int val_batches;            /* per evaluation pass; -1: all, 0: no validation */
+    int test_batches;           /* with test; -1: all */
+    int threads;                /* OpenMP threads; 0: all (OpenMP's default) */
 } RunShape;
 
 /* What the plan measures besides the model: the data and the process. */
@@ -45,14 +54,25 @@ typedef struct {
     size_t baseline;                        /* process bytes outside the plan's other entries */
 } RunInputs;
 
+/* The dtype of the matrices in the model's files (safetensors header). */
+int run_file_dtype(const RunShape *a, const RunInputs *in, DType *out);
+/* The run's OpenMP threads. */
+int run_threads(const RunShape *s);
 /* Measures the process baseline now: resident bytes minus the data sets'. */
 size_t run_baseline_now(const RunInputs *in);
 /* The widest batch width (tokens per row incl. the last target) of the run. */
 int run_max_width(const RunShape *s, const RunInputs *in);
 /* The model spec of the run's widest micro-batch (rows per worker). */
 void run_model_spec(const RunShape *s, const RunInputs *in, ModelSpec *spec);
-/* Builds the whole plan for `s` (batch_size > 0) into *plan and the spec. */
+/* Builds the whole plan for `s` (batch_size > 0) into *plan and the spec.
+ * spec->embed_rows points into the plan: keep the plan until the model is
+ * loaded. */
 int run_plan_build(const RunShape *s, const RunInputs *in, MemPlan *plan, ModelSpec *spec);
+/* The same, and with prepare_rank >= 0 the oneDNN primitives of that
+ * worker are created now (the run's first step then creates none) and the
+ * plan holds what they were measured to hold, instead of the start-up
+ * probe's per-primitive figures: the plan a run is admitted with. */
+int run_plan_build_ex(const RunShape *s, const RunInputs *in, MemPlan *plan, ModelSpec *spec, int prepare_rank);
 void run_plan_print(const RunShape *s, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out);
 /* Total of the plan for s; 0 when it cannot be built (the error is cleared). */
 size_t run_plan_total(const RunShape *s, const RunInputs *in);

@@ -171,6 +171,63 @@ static size_t write_bytes(const StWriteTensor *t) {
     return n * (size_t)dtype_bits(t->dtype) / 8;
 }
 
+int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
+    AdapterConfig ac;
+    StFile ad = {0};
+    StModel base = {0};
+    ModelConfig cfg;
+    char *cfg_path = path_join(model_dir, "config.json");
+    TRY_PTR(cfg_path);
+    int crc = hf_config_load(&cfg, cfg_path);
+    mem_free(cfg_path);
+    TRY(crc);
+    WeightsSummary ws;
+    TRY(model_weights_summary(model_dir, &cfg, &ws));
+    if (ws.quantized) return error_set("%s: planning the fuse of a quantized model is not supported yet", model_dir);
+    TRY(open_adapter(adapter_dir, &ac, &ad));
+    int rc = st_model_open(&base, model_dir, true);
+    Prefixes px;
+    if (rc == 0) rc = load_prefixes(model_dir, &base, &px);
+    size_t merged = 0, tensors = 0, files = 0, n_shapes = 0;
+    MatmulShape shapes[PROJ_COUNT];
+    for (size_t f = 0; rc == 0 && f < base.n_files; f++) {
+        files += base.files[f].file_size;
+        for (size_t i = 0; i < base.files[f].n_tensors && rc == 0; i++) {
+            const StTensor *t = &base.files[f].tensors[i];
+            WeightAdapter wa;
+            rc = find_adapter(&ad, &ac, &px, t->name, &wa);
+            if (rc == 0 && (wa.full || wa.a)) {
+                merged += t->nelem * sizeof(float);
+                tensors++;
+            }
+            if (rc == 0 && wa.a && t->ndim == 2 && n_shapes < PROJ_COUNT) {
+                /* merge_lora's product: one primitive per projection shape */
+                MatmulShape k = matmul_shape_gemm((int)t->shape[0], (int)t->shape[1], ac.rank, true, true, ac.scale,
+                                                  1.0f);
+                bool seen = false;
+                for (size_t j = 0; j < n_shapes; j++) seen = seen || !memcmp(&shapes[j], &k, sizeof k);
+                if (!seen) shapes[n_shapes++] = k;
+            }
+        }
+    }
+    char nm[96];
+    if (rc == 0) {
+        snprintf(nm, sizeof nm, "%zu merged tensors, held in fp32 until written", tensors);
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, merged, false);
+    }
+    /* every byte of the base files is read through their mappings as the
+     * shards are written, and every adapter tensor when merged */
+    if (rc == 0) rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "base weight files (mapped, all read)", files, false);
+    if (rc == 0) rc = plan_note(plan, MEM_TRAINABLE, "adapters.safetensors (mapped, all read)", ad.map.size, false);
+    MatmulPlan lib;
+    if (rc == 0) rc = matmul_plan(shapes, n_shapes, &lib);
+    if (rc == 0) rc = plan_note(plan, MEM_LIBRARY, "oneDNN primitives of the merge", lib.held_bytes, false);
+    if (rc == 0) rc = plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad", lib.scratchpad_bytes, false);
+    st_model_close(&base);
+    st_close(&ad);
+    return rc;
+}
+
 /* The new scales and biases of a re-quantized module, found by its stem
  * when the loop reaches them. */
 typedef struct { char stem[224]; void *scales, *biases; } Requant;

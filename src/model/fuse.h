@@ -32,6 +32,11 @@ int adapter_config_load(AdapterConfig *ac, const char *adapter_dir);
  * quantization (mlx_lm.fuse --dequantize). */
 int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes,
                bool dequantize);
+/* The memory fuse_model holds at its peak for a model of plain matrices
+ * (headers and the adapter only are read): the merged tensors' fp32
+ * buffers, the base files and the adapter file, all resident through their
+ * mappings by the last shard. A quantized base is an error (not planned). */
+int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan);
 /* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json. */
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir);
 #endif

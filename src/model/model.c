@@ -29,23 +29,24 @@ static int check_batch(const Model *m, const int32_t *tokens, int B, int W, bool
 /* Input buffer of trainable block l in training mode. */
 static float *train_input(Model *m, int l) {
     int i = l - m->d.lo;
-    return m->spec.grad_checkpoint ? m->ckpt[i] : m->acts[i].x_in;
+    return block_ckpt(m, l) ? m->ckpt[i] : m->acts[i].x_in;
 }
 
 /* Embedding and every block on m->ids (B, T). Returns the final residual. */
 static float *forward_blocks(Model *m, int B, int T) {
     const Dims *d = &m->d;
     int N = B * T;
-    bool train = d->train, ckpt = m->spec.grad_checkpoint;
-    /* frozen blocks run in the first trainable block's set (Qwen3.5: in their own
-     * workspace, the kinds may differ) */
-    BlockActs *ws = (train && !ckpt && !d->q35) ? &m->acts[0] : &m->work;
+    bool train = d->train;
+    /* frozen blocks run in the recompute set when there is one, else in the
+     * lowest trainable block's saved set (overwritten when that block runs);
+     * Qwen3.5: in their own workspace, the kinds may differ */
+    BlockActs *ws = (train && !m->any_ckpt && !d->q35) ? &m->acts[0] : &m->work;
     norms_refresh(m);
     float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
     PROF(PROF_ELEMENT, fw_gather_rows(x, m->ids, N, &m->embed));
     for (int l = 0; l < d->L; l++) {
         bool tr = train && l >= d->lo;
-        BlockActs a = (tr && !ckpt) ? m->acts[l - d->lo] : *ws;
+        BlockActs a = (tr && !block_ckpt(m, l)) ? m->acts[l - d->lo] : *ws;
         a.x_in = x;
         float *out;
         if (train && l + 1 < d->L && l + 1 >= d->lo) out = train_input(m, l + 1);
@@ -80,10 +81,12 @@ static int check_common(Model *m) {
     return 0;
 }
 
-/* The bf16 conversion scratch and the panel scratch are library globals: point it at this
- * model's before computing (another model may have been loaded since). */
+/* The bf16 conversion scratch, oneDNN's scratchpad and the panel scratch
+ * are library globals: point them at this model's before computing
+ * (another model may have been loaded since). */
 void model_bind_scratch(Model *m) {
     if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    if (m->mm_pad) matmul_set_scratchpad(m->mm_pad, m->mm_pad_bytes);
     if (m->panel_scratch) fw_set_panel_scratch(m->panel_scratch, m->panel_scratch_bytes);
 }
 
@@ -146,7 +149,7 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C));
     for (int l = d->L - 1; l >= d->lo; l--) {
         BlockActs a;
-        if (m->spec.grad_checkpoint) {
+        if (block_ckpt(m, l)) {
             a = m->work;
             a.x_in = m->ckpt[l - d->lo];
             block_forward(m, l, &a, NULL, B, T, true);

@@ -19,6 +19,7 @@
 #include "base/trainable.h"
 #include "formats/hf_config.h"
 #include "memory/plan.h"
+#include "kernels/frozen_weight.h"
 
 typedef enum { TUNE_LORA = 0, TUNE_DORA, TUNE_FULL, TUNE_NONE } TuneType;
 
@@ -36,6 +37,23 @@ extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "lin
 #define PROJ_GDN_BLOCK ((1u << PROJ_LQKV) | (1u << PROJ_LZ) | (1u << PROJ_LB) | (1u << PROJ_LA) | \
                         (1u << PROJ_LOUT) | PROJ_MLP)
 
+/* A set of blocks by index (checkpointed blocks). */
+#define MODEL_MAX_BLOCKS 256
+typedef struct {
+    uint64_t w[MODEL_MAX_BLOCKS / 64];
+} BlockSet;
+static inline bool block_set_has(const BlockSet *s, int l) {
+    return l >= 0 && l < MODEL_MAX_BLOCKS && (s->w[l >> 6] >> (l & 63) & 1u);
+}
+static inline void block_set_add(BlockSet *s, int l) {
+    if (l >= 0 && l < MODEL_MAX_BLOCKS) s->w[l >> 6] |= 1ull << (l & 63);
+}
+static inline int block_set_count(const BlockSet *s) {
+    int n = 0;
+    for (int i = 0; i < MODEL_MAX_BLOCKS / 64; i++) n += __builtin_popcountll(s->w[i]);
+    return n;
+}
+
 typedef struct {
     TuneType type;          /* TUNE_NONE: inference only (eval without adapter, generate) */
     int num_layers;         /* last N blocks are trainable; -1 or 0 = all (MLX-LM) */
@@ -43,7 +61,10 @@ typedef struct {
     float lora_scale;       /* MLX-LM's scale (PEFT alpha / r) */
     float lora_dropout;
     unsigned lora_keys;     /* bitmask of 1u << PROJ_* */
-    bool grad_checkpoint;
+    bool grad_checkpoint;   /* every trainable block keeps only its input */
+    BlockSet ckpt_blocks;   /* and these blocks too (partial checkpointing): a
+                               trainable block keeps only its input and rebuilds
+                               its activations before its backward pass */
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
     DType weight_dtype;     /* F32 or BF16: dtype of the frozen products. bf16
@@ -59,6 +80,10 @@ typedef struct {
                                rotates (mlx_lm --max-kv-size: the first KV_KEEP positions stay,
                                the others are overwritten oldest first); 0: kv_cache_tokens */
     int gdn_chunk;          /* Gated DeltaNet chunk size (0 = 64) */
+    const uint64_t *embed_rows; /* bitmap (bit v of word v / 64) of the embedding rows the run
+                                   reads, from its data's token ids; NULL: every row */
+    size_t library_scratchpad; /* bytes of oneDNN's scratchpad (matmul_plan of the run's
+                                  products); 0: none planned */
 } ModelSpec;
 
 /* Positions a rotating KV cache never overwrites (MLX-LM's RotatingKVCache keep=4). */
@@ -73,11 +98,19 @@ typedef struct Model Model;
  * from them). config.json's torch_dtype / dtype is a label that may be
  * absent or wrong: every command plans from the stored weights. */
 int model_file_dtype(const char *model, const ModelConfig *cfg, DType *out);
+
+/* Block l is checkpointed under this spec (it must also be trainable). */
+static inline bool spec_block_ckpt(const ModelSpec *s, int l) {
+    return s->grad_checkpoint || block_set_has(&s->ckpt_blocks, l);
+}
+
 /* The trainable tensors a spec creates (names, shapes, numel; value and
  * grad NULL), without loading anything: the planner sizes the optimizer
  * moments from it. *out is heap (mem_free). */
 int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n);
-/* Notes the frozen weights that stay in the mapped file(s): reads headers only. */
+/* Notes the frozen weights read in place from the mapped file(s): the pages
+ * of the frozen matrices, the LM head and the embedding rows of
+ * spec->embed_rows, exactly those model_load keeps resident. Reads headers only. */
 int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan);
 
 /* Opens DIR (config.json, safetensors), checks every tensor against the
@@ -142,6 +175,11 @@ int model_auto_weights_dtype(const char *model_dir, const ModelConfig *cfg, cons
 /* Reads DIR's config.json quantization and safetensors headers; checks every
  * quantized module's tensors. */
 int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);
+/* The stored matrices of DIR as FrozenWeights from the headers alone (data
+ * pointers NULL): matrix k = 0 the embedding, 1 the LM head, then
+ * PROJ_COUNT per block. *out is heap (mem_free). For the product shapes of
+ * quantized models (model_products). */
+int model_frozen_views(const char *model_dir, const ModelConfig *cfg, DType run, FrozenWeight **out, int *n);
 /* Records every buffer of the model for this spec and the weights as they
  * are stored (model_weights_summary), without reading weights; model_load
  * carves the arena with the very same walk. */
@@ -149,6 +187,33 @@ int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const We
 /* model_layout_summary for a plain model whose matrices are stored in
  * file_dtype (model_file_dtype). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
+
+/* --- the products of a run, listed without running it (model_products.c) --- */
+typedef enum {
+    PRODUCT_FORWARD,      /* a block's forward pass */
+    PRODUCT_RECOMPUTE,    /* a checkpointed block's forward again, before its backward */
+    PRODUCT_BACKWARD,     /* a trainable block's backward pass */
+    PRODUCT_LMHEAD,       /* the LM head (and its input gradient) */
+    PRODUCT_DORA_NORMS,   /* DoRA's adapted row norms, once per step */
+} ProductPhase;
+typedef struct {
+    int rows, tokens;     /* B rows x T positions (decode: the prompt's positions) */
+    long lm_rows;         /* positions whose loss counts: the LM head's rows */
+    bool train;           /* forward + backward (and recompute); else forward only */
+    bool decode;          /* KV-cache generation: a prompt of `tokens`, then one token at a time */
+} ProductBatch;
+struct MatmulShape;
+/* block: the block's index, or -1 (LM head). Recompute products are listed
+ * for every trainable block (a subset of its forward shapes); a sink that
+ * sums FLOPs counts them for the checkpointed blocks only. */
+typedef void (*ProductSink)(void *ctx, const struct MatmulShape *shape, int block, ProductPhase phase);
+/* ws: the summary of the model's files (model_weights_summary); views: the
+ * stored matrices (model_frozen_views) when some are quantized, else NULL. */
+int model_products(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws,
+                   const FrozenWeight *views, const ProductBatch *batches, size_t n, ProductSink sink, void *ctx);
+/* FLOPs of causal attention over rows x tokens (forward, or backward with
+ * the score recompute); attention runs lmtune's own tiles, not oneDNN. */
+double model_attention_flops(const ModelConfig *cfg, int rows, int tokens, bool backward);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors
  * (HF names; shards of at most 5 GB with model.safetensors.index.json for

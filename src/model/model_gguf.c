@@ -143,6 +143,41 @@ int gguf_model_summary(const char *model, const ModelConfig *cfg, DType compute,
     return rc;
 }
 
+int gguf_frozen_views(const char *model, const ModelConfig *cfg, DType run, FrozenWeight **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    GgufFile g;
+    TRY(gguf_open(&g, model));
+    const GgufArch *a = gguf_arch_for(cfg->model_type);
+    ModelSpec none = {0};
+    none.type = TUNE_NONE;
+    none.weight_dtype = DTYPE_F32;
+    Dims d;
+    int rc = a ? dims_init(&d, cfg, &none, DTYPE_F32) : -1;
+    int count = rc == 0 ? weights_matrix_count(&d) : 0;
+    FrozenWeight *v = rc == 0 ? mem_calloc((size_t)count, sizeof *v) : NULL;
+    if (rc == 0 && !v) rc = -1;
+    for (int k = 0; rc == 0 && k < count; k++) {
+        if (k == 1 && cfg->tie_word_embeddings) {
+            v[1] = v[0];
+            continue;
+        }
+        char module[160];
+        int rows, cols;
+        if (!weights_matrix(cfg, &d, k, module, sizeof module, &rows, &cols)) continue;
+        rc = gguf_weights_view(&g, a, module, rows, cols, NULL, run, &v[k]);
+        v[k].data = NULL;   /* the mapping goes with g: shapes and formats only */
+    }
+    gguf_close(&g);
+    if (rc < 0) {
+        mem_free(v);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
 int gguf_tensor_f32(const GgufFile *g, const GgufArch *a, const char *hf_name, const int32_t *row_map,
                     int64_t rows, int64_t cols, float *dst) {
     const GgufTensorInfo *t = gguf_model_tensor(g, a, hf_name);

@@ -162,8 +162,10 @@ struct Model {
     float *rope_cos, *rope_sin;  /* (rope_T, rd/2) */
     float *norm_eff;          /* full fine-tuning of zero-centred norms: the w + 1 copies */
     float *resid[2];          /* (N, C) ping-pong */
-    BlockActs *acts;          /* (n_train) without checkpointing */
-    float **ckpt;             /* (n_train) block inputs with checkpointing */
+    BlockActs *acts;          /* (n_train) saved activations of the blocks not checkpointed */
+    float **ckpt;             /* (n_train) inputs of the checkpointed blocks */
+    bool any_ckpt;            /* some trainable block is checkpointed: work is the recompute set */
+    uint64_t *embed_rows;     /* the model's copy of spec.embed_rows (heap), or NULL */
     BlockActs work;           /* recompute set / forward workspace */
     Scratch sc;
     LoraScratch ls;
@@ -173,6 +175,9 @@ struct Model {
     float *lmhead_scratch;
     void *mm_scratch;
     size_t mm_scratch_bytes;
+    void *mm_pad;             /* oneDNN's scratchpad (spec.library_scratchpad) */
+    size_t mm_pad_bytes;
+
     void *panel_scratch;      /* expansion panels of the frozen products (frozen_weight.h) */
     size_t panel_scratch_bytes;
 
@@ -190,6 +195,17 @@ struct Model {
     bool dora_fresh;
     bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */          /* dnorm matches the current adapter */
 };
+
+/* Block l's parameters are fully trainable (full fine-tuning's blocks). */
+static inline bool block_is_full(const Model *m, int l) { return m->spec.type == TUNE_FULL && l >= m->d.lo; }
+/* The projections of block l with a LoRA/DoRA branch (bitmask of 1u << PROJ_*). */
+static inline unsigned block_adapted_mask(const Model *m, int l) {
+    if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
+    return m->spec.lora_keys & layer_projs(&m->cfg, l);
+}
+
+/* Trainable block l keeps only its input (spec.grad_checkpoint or spec.ckpt_blocks). */
+static inline bool block_ckpt(const Model *m, int l) { return spec_block_ckpt(&m->spec, l); }
 
 /* model_weights.c: matrix k of the model (0 embedding, 1 LM head, then
  * PROJ_COUNT per block): module path in the files and (rows, cols). */
@@ -216,6 +232,8 @@ int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig
                          WeightsSummary *ws);
 /* rows x cols floats of the HF tensor hf_name (rows read through row_map
  * when given; a vector's elements are its rows). */
+/* model_frozen_views for a GGUF file (data pointers NULL). */
+int gguf_frozen_views(const char *model, const ModelConfig *cfg, DType run, FrozenWeight **out, int *n);
 int gguf_tensor_f32(const GgufFile *g, const GgufArch *a, const char *hf_name, const int32_t *row_map,
                     int64_t rows, int64_t cols, float *dst);
 
@@ -236,6 +254,12 @@ const uint16_t *proj_shared_input(const BlockParams *bp, int p0, int p1, const f
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N);
 void dora_update_norms(Model *m);
+
+/* model_residency.c: settles which pages of the weight files are resident
+ * (those the run reads in place; see model_plan_weights), and reads a
+ * tensor out of its file with pread (n elements, converted to dst_type). */
+int model_keep_resident(Model *m);
+int model_read_tensor(const Model *m, const StTensor *t, void *dst, DType dst_type, size_t n);
 
 /* block.c */
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,

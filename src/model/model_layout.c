@@ -3,8 +3,8 @@
  * very same walk on the arena and gets the pointers. Groups of buffers that
  * always live together (one block's activations, the backward scratch) are
  * one carve each, split into 64-byte aligned pieces, so the plan stays short
- * and readable. Also model_plan_weights: the weights used in place from the
- * mapped file, noted outside the arena.
+ * and readable. (The weights used in place from the mapped files are
+ * noted outside the arena by model_residency.c.)
  *
  * Block kinds (Qwen3.5): an attention block and a Gated DeltaNet block carve
  * only their own buffers; the sets shared by every block (the recompute
@@ -201,11 +201,8 @@ static float *sub_f(Sub *s, size_t count) {
     return p;
 }
 
-static bool block_full(const Model *m, int l) { return m->spec.type == TUNE_FULL && l >= m->d.lo; }
-static unsigned block_adapted(const Model *m, int l) {
-    if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
-    return m->spec.lora_keys & layer_projs(&m->cfg, l);
-}
+static bool block_full(const Model *m, int l) { return block_is_full(m, l); }
+static unsigned block_adapted(const Model *m, int l) { return block_adapted_mask(m, l); }
 
 /* Which block kinds a shared activation set serves. */
 enum { KIND_ATTN = 1, KIND_GDN = 2 };
@@ -500,25 +497,43 @@ static int carve_activations(Model *m, const ModelSpec *spec, Carver *cv, bool d
     CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
     CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
     CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
-    if (d->train && !spec->grad_checkpoint) {
+    /* each trainable block either saves its activations or keeps only its
+     * input (checkpointed: rebuilt in the recompute workspace before its
+     * backward pass); --grad-checkpoint BLOCKS mixes both */
+    bool any_ckpt = false, any_saved = false;
+    for (int l = d->lo; l < d->L; l++) {
+        if (spec_block_ckpt(spec, l)) any_ckpt = true;
+        else any_saved = true;
+    }
+    if (d->train) {
         if (cv->arena) {
             m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts);
-            if (!m->acts) return -1;
+            m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt);
+            if (!m->acts || !m->ckpt) return -1;
         }
-        Sub s = {0};
+        m->any_ckpt = any_ckpt;
         BlockActs shared = {0};
-        shared_split(d, &s, &shared, d->N, kinds_train);
-        void *base;
-        const char *what = d->q35 ? "norm and SwiGLU outputs, gate and Gated DeltaNet intermediates "
-                                    "(one block, rebuilt in backward)"
-                                  : "norm outputs and SwiGLU output (one block, rebuilt in backward)";
-        TRY(carve(cv, MEM_ACTIVATIONS, what, s.off, &base));
-        if (base) {
-            Sub s2 = {base, 0};
-            shared_split(d, &s2, &shared, d->N, kinds_train);
+        if (any_saved) {
+            Sub s = {0};
+            shared_split(d, &s, &shared, d->N, kinds_train);
+            void *base;
+            const char *what = d->q35 ? "norm and SwiGLU outputs, gate and Gated DeltaNet intermediates "
+                                        "(one block, rebuilt in backward)"
+                                      : "norm outputs and SwiGLU output (one block, rebuilt in backward)";
+            TRY(carve(cv, MEM_ACTIVATIONS, what, s.off, &base));
+            if (base) {
+                Sub s2 = {base, 0};
+                shared_split(d, &s2, &shared, d->N, kinds_train);
+            }
         }
         for (int i = 0; i < d->n_train; i++) {
             int l = d->lo + i;
+            if (spec_block_ckpt(spec, l)) {
+                float *tmp, **p = m->ckpt ? &m->ckpt[i] : &tmp;
+                snprintf(nm, sizeof nm, "block %d input (checkpoint)", l);
+                CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
+                continue;
+            }
             BlockActs tmp, *a = m->acts ? &m->acts[i] : &tmp;
             float *xin;
             snprintf(nm, sizeof nm, "block %d input", l);
@@ -527,22 +542,14 @@ static int carve_activations(Model *m, const ModelSpec *spec, Carver *cv, bool d
             TRY(carve_block_acts(cv, nm, d, a, m->blocks[l].adapted, kinds_of(m, l, l + 1), &shared));
             a->x_in = xin;
         }
-        /* the frozen blocks below run in acts[0], unless their kind differs (Qwen3.5) */
-        if (d->q35 && d->lo > 0)
+        if (any_ckpt) {
+            TRY(carve_set(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad_all, true, d->N,
+                          d->B, kinds_all));
+        } else if (d->q35 && d->lo > 0) {
+            /* the frozen blocks below run in acts[0], unless their kind differs (Qwen3.5) */
             TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace of the frozen blocks)",
                           d, &m->work, 0, false, d->N, d->B, kinds_of(m, 0, d->lo)));
-    } else if (d->train) {
-        if (cv->arena) {
-            m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt);
-            if (!m->ckpt) return -1;
         }
-        for (int i = 0; i < d->n_train; i++) {
-            float *tmp, **p = m->ckpt ? &m->ckpt[i] : &tmp;
-            snprintf(nm, sizeof nm, "block %d input (checkpoint)", d->lo + i);
-            CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
-        }
-        TRY(carve_set(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad_all, true, d->N, d->B,
-                      kinds_all));
     } else {
         TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad_all, false,
                       d->N, d->B, kinds_all));
@@ -731,6 +738,14 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         m->panel_scratch_bytes = fw_panel_scratch_bytes(d->panel_cols);
         CARVE(cv, MEM_LIBRARY, "dequantization panel (frozen products)", m->panel_scratch_bytes, m->panel_scratch);
     }
+
+    /* 8. oneDNN's scratchpad, shared by every primitive (sized by the planner
+     * from the products the run will create, kernels/matmul.h) */
+    if (spec->library_scratchpad > 0) {
+        m->mm_pad_bytes = spec->library_scratchpad;
+        CARVE(cv, MEM_LIBRARY, "oneDNN scratchpad (largest need of the run's products)", m->mm_pad_bytes,
+              m->mm_pad);
+    }
     return 0;
 }
 
@@ -774,71 +789,3 @@ int model_file_dtype(const char *model, const ModelConfig *cfg, DType *out) {
     return 0;
 }
 
-/* A quantized model: every matrix stays in the mapped file (codes, scales, biases). */
-static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *cfg, MemPlan *plan) {
-    char nm[96], bits[16];
-    if (ws->bits_min == ws->bits_max) snprintf(bits, sizeof bits, "%d-bit", ws->bits_min);
-    else snprintf(bits, sizeof bits, "%d/%d-bit", ws->bits_min, ws->bits_max);
-    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens (mapped file)", ws->embed_bytes, false));
-    if (!cfg->tie_word_embeddings)
-        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head (mapped file)", ws->lm_head_bytes, false));
-    if (ws->gguf)
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped GGUF file, %s per weight with scales)",
-                 cfg->num_hidden_layers, bits);
-    else
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)",
-                 cfg->num_hidden_layers, bits, dtype_name(ws->file_dtype));
-    return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
-}
-
-int model_plan_weights(const char *model_dir, const ModelConfig *cfg_in, const ModelSpec *spec, MemPlan *plan) {
-    WeightsSummary ws;
-    TRY(model_weights_summary(model_dir, cfg_in, &ws));
-    if (ws.quantized) return plan_quantized_weights(&ws, cfg_in, plan);
-    StModel st;
-    TRY(st_model_open(&st, model_dir, true));
-    ModelConfig *cfg = mem_alloc(sizeof *cfg);
-    if (!cfg) {
-        st_model_close(&st);
-        return -1;
-    }
-    *cfg = *cfg_in;
-    char en[160];
-    int rc = model_tensors_resolve(cfg, &st);
-    model_tensor_name(cfg, en, sizeof en, "model.embed_tokens.weight");
-    const StTensor *e = rc == 0 ? st_model_find(&st, en) : NULL;
-    if (rc == 0 && !e) rc = error_set("%s: tensor %s is missing", model_dir, en);
-    Dims d;
-    if (rc == 0) rc = dims_init(&d, cfg, spec, e->dtype);
-    DType ft = e ? e->dtype : DTYPE_F32;
-    st_model_close(&st);
-    if (rc < 0 || d.convert) {
-        mem_free(cfg);
-        return rc;
-    }
-    size_t es = ft == DTYPE_F32 ? 4 : 2;
-    size_t emb = (size_t)d.V * d.C * es;
-    rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight (mapped file)", emb, false);
-    if (rc == 0 && !cfg->tie_word_embeddings)
-        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "lm_head.weight (mapped file)", emb, false);
-    size_t bytes = 0;
-    int frozen = 0;
-    for (int l = 0; l < d.L; l++) {
-        if (spec->type == TUNE_FULL && l >= d.lo) continue;
-        frozen++;
-        unsigned projs = layer_projs(cfg, l);
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(projs >> p & 1u)) continue;
-            int in, out;
-            proj_shape(&d, p, &in, &out);
-            bytes += (size_t)in * out * es;
-        }
-    }
-    if (rc == 0 && frozen > 0) {
-        char nm[80];
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
-        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, bytes, false);
-    }
-    mem_free(cfg);
-    return rc;
-}

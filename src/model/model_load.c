@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 const ModelConfig *model_config(const Model *m) { return &m->cfg; }
 const ModelSpec *model_spec(const Model *m) { return &m->spec; }
@@ -30,31 +29,19 @@ void model_zero_grad(Model *m) {
 
 void model_free(Model *m) {
     if (!m) return;
+    matmul_forget(m->mm_scratch, m->mm_pad);   /* they live in the arena, which goes with the model */
     if (m->st_open) st_model_close(&m->st);
     if (m->gguf) gguf_close(&m->gg);
     mem_free(m->q_map);
     mem_free(m->k_map);
     quant_config_free(&m->qc);
     mem_free(m->blocks);
+    mem_free(m->embed_rows);
     mem_free(m->trainables);
     mem_free(m->acts);
     mem_free(m->ckpt);
     mem_free(m->cache_slot);
     mem_free(m);
-}
-
-/* Converts n elements between F32/BF16/F16, in parallel chunks. */
-static void convert(void *dst, DType dt, const void *src, DType st, size_t n) {
-    enum { CH = 4096 };
-    size_t nch = (n + CH - 1) / CH;
-    size_t ss = st == DTYPE_F32 ? 4 : 2, ds = dt == DTYPE_F32 ? 4 : 2;
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nch; c++) {
-        float buf[CH];
-        size_t b = c * CH, k = n - b < CH ? n - b : CH;
-        dtype_to_f32(buf, (const char *)src + b * ss, st, k);
-        dtype_from_f32((char *)dst + b * ds, dt, buf, k);
-    }
 }
 
 static int tensor_1d(Model *m, const char *name, int64_t n, const StTensor **t) {
@@ -88,7 +75,7 @@ static int load_small(Model *m, const char *name, int64_t n, float *dst, float o
         const StTensor *t;
         TRY(tensor_1d(m, name, n, &t));
         if (!dst) return 0;
-        dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
+        TRY(model_read_tensor(m, t, dst, DTYPE_F32, (size_t)n));
     }
     for (int64_t i = 0; offset != 0.0f && i < n; i++) dst[i] += offset;
     return 0;
@@ -118,8 +105,9 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
     TRY(tensor_2d(m, name, rows, cols, &t));
     if (!fw) return 0;
     if (m->d.convert) {
+        /* read with pread: the file's copy never becomes resident */
         DType run = m->d.run_dtype;
-        convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
+        TRY(model_read_tensor(m, t, (void *)fw->data, run, (size_t)rows * cols));
         *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
         /* in place in the mapped file; 16-bit weights in fp32 products expand panels */
@@ -220,6 +208,14 @@ static int load_gguf(Model *m, const char *path, const ModelSpec *spec) {
     TRY(gguf_weights_summary(&m->gg, m->gg_arch, &m->cfg, DTYPE_F32, &ws));
     TRY(dims_init(&m->d, &m->cfg, spec, ws.file_dtype));
     TRY(dims_apply_summary(&m->d, spec, &ws));
+    if (spec->embed_rows) {
+        /* the model keeps its own copy: the caller's (a plan's) may go first */
+        size_t words = ((size_t)m->d.V + 63) / 64;
+        m->embed_rows = mem_alloc(words * sizeof *m->embed_rows);
+        TRY_PTR(m->embed_rows);
+        memcpy(m->embed_rows, spec->embed_rows, words * sizeof *m->embed_rows);
+        m->spec.embed_rows = m->embed_rows;
+    }
     m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
     TRY_PTR(m->blocks);
     TRY(load_weights(m, true));
@@ -230,7 +226,8 @@ static int load_gguf(Model *m, const char *path, const ModelSpec *spec) {
         rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.rd, m->cfg.rope_theta, &m->cfg.rope_scaling);
     model_bind_scratch(m);
     dora_base_norms(m);
-    return 0;
+    /* exactly the planned pages of the file stay resident */
+    return model_keep_resident(m);
 }
 
 int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena *arena) {
@@ -262,6 +259,14 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;
     if (dims_init(&m->d, &m->cfg, spec, ws.file_dtype) < 0) goto fail;
     if (dims_apply_summary(&m->d, spec, &ws) < 0) goto fail;
+    if (spec->embed_rows) {
+        /* the model keeps its own copy: the caller's (a plan's) may go first */
+        size_t words = ((size_t)m->d.V + 63) / 64;
+        m->embed_rows = mem_alloc(words * sizeof *m->embed_rows);
+        if (!m->embed_rows) goto fail;
+        memcpy(m->embed_rows, spec->embed_rows, words * sizeof *m->embed_rows);
+        m->spec.embed_rows = m->embed_rows;
+    }
     m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
     if (!m->blocks) goto fail;
     if (model_check_tensors_quant(&m->cfg, &m->st, &m->qc) < 0) goto fail;
@@ -273,13 +278,8 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
         rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.rd, m->cfg.rope_theta, &m->cfg.rope_scaling);
     model_bind_scratch(m);
     dora_base_norms(m);
-    if (m->d.convert) {
-        /* the file's pages were read once for the conversion; let the kernel drop them */
-        for (size_t i = 0; i < m->st.n_files; i++) {
-            const MappedFile *mf = &m->st.files[i].map;
-            if (mf->data && mf->size) madvise((void *)mf->data, mf->size, MADV_DONTNEED);
-        }
-    }
+    /* exactly the planned pages of the files stay resident */
+    if (model_keep_resident(m) < 0) goto fail;
     *out = m;
     return 0;
 fail:
@@ -287,23 +287,16 @@ fail:
     return -1;
 }
 
-/* The mapped pages of a tensor that is no longer read leave the resident set. */
-static void drop_pages(const void *p, size_t bytes) {
-    const size_t pg = 4096;
-    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(uintptr_t)(pg - 1), e = ((uintptr_t)p + bytes) & ~(uintptr_t)(pg - 1);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-}
-
 int model_init_trainables(Model *m, Rng *rng) {
     const Dims *d = &m->d;
     if (m->spec.type == TUNE_FULL) {
-        /* fp32 masters from the file; the file's copy of these blocks is not used again */
+        /* fp32 masters from the file, read with pread: the file's copy of
+         * these blocks never becomes resident */
         for (size_t i = 0; i < m->n_trainables; i++) {
             TrainableTensor *t = &m->trainables[i];
             const StTensor *s = st_model_find(&m->st, t->name);
             if (!s || s->nelem != t->numel) return error_set("%s: tensor %s is missing", m->st.dir, t->name);
-            dtype_to_f32(t->value, s->data, s->dtype, t->numel);
-            if (t->ndim == 2) drop_pages(s->data, s->end - s->begin);
+            TRY(model_read_tensor(m, s, t->value, DTYPE_F32, t->numel));
         }
         return 0;
     }

@@ -134,3 +134,48 @@ void weights_summary_plain(WeightsSummary *ws, DType file_dtype) {
     memset(ws, 0, sizeof *ws);
     ws->file_dtype = file_dtype;
 }
+
+int model_frozen_views(const char *model_dir, const ModelConfig *cfg, DType run, FrozenWeight **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (model_is_gguf(model_dir)) return gguf_frozen_views(model_dir, cfg, run, out, n);
+    char *cfg_path = path_join(model_dir, "config.json");
+    TRY_PTR(cfg_path);
+    QuantConfig qc;
+    int rc = quant_config_load(&qc, cfg_path);
+    mem_free(cfg_path);
+    TRY(rc);
+    StModel st;
+    if (st_model_open(&st, model_dir, true) < 0) {
+        quant_config_free(&qc);
+        return -1;
+    }
+    ModelSpec none = {0};
+    none.type = TUNE_NONE;
+    none.weight_dtype = DTYPE_F32;
+    Dims d;
+    rc = dims_init(&d, cfg, &none, DTYPE_F32);
+    int count = rc == 0 ? weights_matrix_count(&d) : 0;
+    FrozenWeight *v = rc == 0 ? mem_calloc((size_t)count, sizeof *v) : NULL;
+    if (rc == 0 && !v) rc = -1;
+    for (int k = 0; rc == 0 && k < count; k++) {
+        if (k == 1 && cfg->tie_word_embeddings) {
+            v[1] = v[0];
+            continue;
+        }
+        char module[160];
+        int rows, cols;
+        if (!weights_matrix(cfg, &d, k, module, sizeof module, &rows, &cols)) continue;   /* not in this block kind */
+        bool q;
+        rc = weights_view(&st, &qc, module, rows, cols, run, &v[k], &q);
+    }
+    st_model_close(&st);
+    quant_config_free(&qc);
+    if (rc < 0) {
+        mem_free(v);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}

@@ -25,6 +25,10 @@ Trainee model_trainee(Model *m) {
  * training order. */
 #define EVAL_SEED_MIX 0x76616c6964ull
 
+uint64_t data_source_eval_seed(uint64_t seed, EvalSplit split) {
+    return seed ^ (EVAL_SEED_MIX + (uint64_t)split);
+}
+
 int data_source_init(DataSource *s, const Dataset *train, const Dataset *valid, const Dataset *test,
                      int batch_size, int max_seq_length, int rank, int world, uint64_t seed) {
     memset(s, 0, sizeof *s);
@@ -36,7 +40,7 @@ int data_source_init(DataSource *s, const Dataset *train, const Dataset *valid, 
     for (int i = 0; i < 2; i++) {
         if (!sets[i]) continue;
         if (batch_iter_init(&s->eval[i], sets[i], batch_size, max_seq_length, rank, world,
-                            seed ^ (EVAL_SEED_MIX + (uint64_t)i), true) < 0) {
+                            data_source_eval_seed(seed, (EvalSplit)i), true) < 0) {
             error_prefix("%s", i == 0 ? "validation set" : "test set");
             data_source_free(s);
             return -1;

@@ -25,5 +25,8 @@ typedef struct {
 int data_source_init(DataSource *s, const Dataset *train, const Dataset *valid, const Dataset *test,
                      int batch_size, int max_seq_length, int rank, int world, uint64_t seed);
 void data_source_free(DataSource *s);
+/* The seed of the evaluation iterator of a split (the planner replays which
+ * batches an evaluation pass reads). */
+uint64_t data_source_eval_seed(uint64_t seed, EvalSplit split);
 BatchSource data_source_iface(DataSource *s);
 #endif

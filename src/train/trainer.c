@@ -66,6 +66,7 @@ int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batch
         TRY(tr->loss(tr->self, b, &s, &n));
         sums[0] += s;
         sums[1] += (double)n;
+        rss_snapshot_if_peak();
     }
     TRY(dist_all_sum_doubles(sums, 2));
     *n_tokens = (long)sums[1];
@@ -310,6 +311,7 @@ static int run_loop(Loop *L, TrainResult *res) {
         }
         st->window_steps++;
         st->iteration = (uint64_t)it;
+        rss_snapshot_if_peak();
         double dt = time_now() - t0;
         if (profile_active) {
             L->profiled_steps++;

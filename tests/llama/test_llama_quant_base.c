@@ -26,7 +26,24 @@
 #include "model/gguf_export.h"
 #include "tokenizer/tokenizer.h"
 #include <omp.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+/* Bytes of the distinct pages that the byte ranges [b[i], e[i]) of a file
+ * touch: what a run that reads them in place keeps resident. */
+static size_t pages_touched(const size_t *b, const size_t *e, size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), last = 0, total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i] > last) last = e[i];
+    size_t pages = last / pg + 1;
+    unsigned char *hit = calloc(pages, 1);
+    if (!hit) return 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t p = b[i] / pg; e[i] > b[i] && p <= (e[i] - 1) / pg; p++) hit[p] = 1;
+    for (size_t p = 0; p < pages; p++) total += hit[p];
+    free(hit);
+    return total * pg;
+}
 
 enum { GREEDY = 24 };
 
@@ -116,12 +133,24 @@ int main(void) {
         ok = ok && dir_ensure(path(alone)) == 0 && rename(path(gg), file) == 0;
         ok = ok && train(file, path(ad)) == 0;
         if (ok) {
-            /* the plan counts the file's matrix bytes, not a dequantized copy */
+            /* the plan counts the file's matrix bytes, not a dequantized
+             * copy: the pages of the file they lie on (the embedding is
+             * tied, so every row of it is the LM head's) */
             GgufFile gf;
             size_t want = 0;
             CHECK(gguf_open(&gf, file) == 0);
-            for (size_t i = 0; i < gf.n_tensors; i++)
-                if (gf.tensors[i].n_dims == 2) want += gf.tensors[i].bytes;
+            size_t *b = calloc(gf.n_tensors + 1, sizeof *b), n = 0;
+            size_t *e = calloc(gf.n_tensors + 1, sizeof *e);
+            for (size_t i = 0; b && e && i < gf.n_tensors; i++) {
+                if (gf.tensors[i].n_dims != 2) continue;
+                b[n] = gf.data_start + gf.tensors[i].offset;
+                e[n] = b[n] + gf.tensors[i].bytes;
+                n++;
+            }
+            CHECK(b && e);
+            if (b && e) want = pages_touched(b, e, n);
+            free(b);
+            free(e);
             gguf_close(&gf);
             size_t got = plan_frozen_bytes(file);
             printf("%s: planned frozen weights %zu bytes, the file's matrices %zu bytes\n", names[q], got, want);

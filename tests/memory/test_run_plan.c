@@ -19,6 +19,8 @@
 #include "kernels/matmul.h"
 #include "data/tiny_tokenizer.h"
 #include "memory/run_plan.h"
+#include "memory/run_ckpt.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +102,8 @@ int main(void) {
     bool present;
     CHECK(dataset_load_split(&train, data_dir, "train", tok, &o, &present) == 0);
     CHECK(dataset_load_split(&valid, data_dir, "valid", tok, &o, &present) == 0);
+    /* as lmtune does before planning: the probe's per-primitive figures */
+    matmul_probe();
     RunInputs in = {&cfg, &train, &valid, NULL, 1, 50u << 20};
 
     /* The spec follows the shape. */
@@ -216,8 +220,12 @@ int main(void) {
     a.effective_batch_size = 4;
     a.memory_limit = (b1_ckpt + b1) / 2;
     if (b1_ckpt < a.memory_limit) {
+        /* no micro-batch fits without: the fewest checkpointed blocks that make one fit */
         CHECK(run_choose_batch(&a, &in, devnull) == 0);
-        CHECK(a.grad_checkpoint && a.batch_size * a.grad_accumulation_steps == 4);
+        CHECK(!a.grad_checkpoint && block_set_count(&a.ckpt_blocks) > 0);
+        CHECK(a.batch_size * a.grad_accumulation_steps == 4);
+        size_t t = run_plan_total(&a, &in);
+        CHECK(t > 0 && t <= a.memory_limit);
     }
     a = base_shape();
     a.batch_size = 0;
@@ -229,6 +237,69 @@ int main(void) {
     a.batch_size = 0;
     CHECK(run_choose_batch(&a, &in, devnull) < 0);
     CHECK_ERROR_CONTAINS("needs --memory-limit");
+
+    /* --grad-checkpoint auto against every set of the 6 blocks, planned for real */
+    RunShape c = base_shape();
+    RunCost cost;
+    CHECK(run_step_cost(&c, &in, &cost) == 0);
+    CHECK(cost.flops > 0 && cost.seconds > 0 && cost.recompute_flops[0] > 0);
+    CHECK(cost.recompute_flops[0] == cost.recompute_flops[5]);   /* blocks of one kind cost the same */
+    size_t totals[64];
+    for (unsigned mask = 0; mask < 64; mask++) {
+        RunShape v2 = c;
+        for (int l = 0; l < 6; l++)
+            if (mask >> l & 1u) block_set_add(&v2.ckpt_blocks, l);
+        totals[mask] = run_plan_total(&v2, &in);
+        CHECK(totals[mask] > 0);
+    }
+    CHECK(totals[63] < totals[0]);
+    int limits_tried = 0;
+    for (int k = 1; k <= 6; k++) {
+        /* a limit just above the best set of k blocks: k are needed, not fewer */
+        size_t best_k = (size_t)-1, best_fewer = (size_t)-1;
+        for (unsigned mask = 0; mask < 64; mask++) {
+            int n = __builtin_popcount(mask);
+            if (n == k && totals[mask] < best_k) best_k = totals[mask];
+            if (n < k && totals[mask] < best_fewer) best_fewer = totals[mask];
+        }
+        if (best_k >= best_fewer) continue;
+        c.memory_limit = best_k + (best_fewer - best_k) / 2;
+        c.ckpt_auto = true;
+        RunCkptChoice ch;
+        CHECK(run_ckpt_choose(&c, &in, &ch) == 0);
+        CHECK_MSG(ch.count == k, "limit %zu: %d blocks chosen, %d needed", c.memory_limit, ch.count, k);
+        RunShape v2 = c;
+        v2.ckpt_auto = false;
+        v2.ckpt_blocks = ch.set;
+        size_t t = run_plan_total(&v2, &in);
+        CHECK(t == ch.total_after && t <= c.memory_limit);
+        /* minimal: without any one of its blocks the plan is over the limit */
+        for (int l = 0; l < 6; l++) {
+            if (!block_set_has(&ch.set, l)) continue;
+            RunShape w = v2;
+            w.ckpt_blocks.w[0] &= ~(1ull << l);
+            CHECK_MSG(run_plan_total(&w, &in) > c.memory_limit, "block %d of the choice is not needed", l);
+        }
+        /* cheapest of its size: no set of k blocks that fits costs less */
+        double cost_choice = 0, cheapest = 1e300;
+        for (int l = 0; l < 6; l++)
+            if (block_set_has(&ch.set, l)) cost_choice += cost.recompute_flops[l];
+        for (unsigned mask = 0; mask < 64; mask++) {
+            if (__builtin_popcount(mask) != k || totals[mask] > c.memory_limit) continue;
+            double cm = 0;
+            for (int l = 0; l < 6; l++)
+                if (mask >> l & 1u) cm += cost.recompute_flops[l];
+            if (cm < cheapest) cheapest = cm;
+        }
+        CHECK(cost_choice == cheapest && ch.flops == cost_choice);
+        limits_tried++;
+    }
+    CHECK(limits_tried >= 5);
+    c.memory_limit = totals[63] - 1;
+    RunCkptChoice none;
+    CHECK(run_ckpt_choose(&c, &in, &none) == 0 && none.count == -1);
+    c.memory_limit = totals[0];
+    CHECK(run_ckpt_choose(&c, &in, &none) == 0 && none.count == 0);
     fclose(devnull);
 
     dataset_free(&train);

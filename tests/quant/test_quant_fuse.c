@@ -14,7 +14,24 @@
 #include "model/adapter_io.h"
 #include "model/fuse.h"
 #include "kernels/matmul.h"
+#include <stdlib.h>
 #include <unistd.h>
+
+/* Bytes of the distinct pages that the byte ranges [b[i], e[i]) of a file
+ * touch: what a run that reads them in place keeps resident. */
+static size_t pages_touched(const size_t *b, const size_t *e, size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), last = 0, total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i] > last) last = e[i];
+    size_t pages = last / pg + 1;
+    unsigned char *hit = calloc(pages, 1);
+    if (!hit) return 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t p = b[i] / pg; e[i] > b[i] && p <= (e[i] - 1) / pg; p++) hit[p] = 1;
+    for (size_t p = 0; p < pages; p++) total += hit[p];
+    free(hit);
+    return total * pg;
+}
 
 static float *logits_of(const char *model_dir, const char *adapter_dir, const int32_t *inp, int B, int T, int V) {
     Model *m;
@@ -102,20 +119,31 @@ static void fuse_case(const char *dir, const char *name, const char *tmp) {
         CHECK_MSG(agree >= (int)(ref_agree * B * T + 0.5) - 1, "%s: argmax agrees at %d of %d positions", name, agree,
                   B * T);
     }
-    /* the plan counts the stored matrices: codes, scales and biases of every
-     * quantized module, plain matrices as stored */
+    /* the plan counts the stored matrices as the run keeps them resident:
+     * the pages of the codes, scales and biases of every quantized module
+     * and of the plain matrices as stored (no data set: every embedding row) */
     StModel st;
     if (st_model_open(&st, dir, true) == 0) {
         size_t stored = 0;
-        for (size_t f = 0; f < st.n_files; f++)
-            for (size_t i = 0; i < st.files[f].n_tensors; i++) {
+        for (size_t f = 0; f < st.n_files; f++) {
+            size_t n = 0, base = 8 + st.files[f].header_len;
+            size_t *b = calloc(st.files[f].n_tensors + 1, sizeof *b);
+            size_t *e = calloc(st.files[f].n_tensors + 1, sizeof *e);
+            for (size_t i = 0; b && e && i < st.files[f].n_tensors; i++) {
                 const StTensor *t = &st.files[f].tensors[i];
                 size_t len = strlen(t->name);
                 bool matrix = t->ndim == 2 && len > 7 && !strcmp(t->name + len - 7, ".weight");
                 const char *tail = t->name + (len > 7 ? len - 7 : 0);
                 bool qparts = len > 7 && (!strcmp(tail, ".scales") || !strcmp(tail, ".biases"));
-                if (matrix || qparts) stored += t->end - t->begin;
+                if (!matrix && !qparts) continue;
+                b[n] = base + t->begin;
+                e[n++] = base + t->end;
             }
+            CHECK(b && e);
+            if (b && e) stored += pages_touched(b, e, n);
+            free(b);
+            free(e);
+        }
         st_model_close(&st);
         MemPlan plan = {0};
         CHECK(model_plan_weights(dir, &rc.cfg, &rc.spec, &plan) == 0);

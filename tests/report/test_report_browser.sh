@@ -25,7 +25,7 @@ head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"
 head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
 LMTUNE_INJECT_NAN_AT_STEP=9 "$BIN" train --model "$T/model" --data "$T/data" --num-layers -1 --batch-size 2 \
   --max-seq-length 48 --val-batches 1 --steps-per-report 2 --steps-per-eval 4 --learning-rate 1e-3 --threads 1 \
-  --iters 24 --max-grad-norm 3 --memory-limit 100MB --adapter-path "$T/ad" > "$T/train.log" 2>&1
+  --iters 24 --max-grad-norm 3 --memory-limit 30MB --adapter-path "$T/ad" > "$T/train.log" 2>&1
 rc=$?
 ok '[ $rc -eq 0 ] && [ -s "$T/ad/report.html" ]' "a short run writes its report"
 

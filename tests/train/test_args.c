@@ -31,7 +31,7 @@ int main(void) {
     CHECK(a.learning_rate == 1e-5 && a.steps_per_report == 10 && a.steps_per_eval == 200);
     CHECK(!strcmp(a.adapter_path, "adapters") && a.save_every == 100 && a.test_batches == 500);
     CHECK(a.max_seq_length == 2048 && a.grad_accumulation_steps == 1 && a.seed == 0);
-    CHECK(!a.mask_prompt && !a.test && !a.grad_checkpoint && !a.resume);
+    CHECK(!a.mask_prompt && !a.test && !strcmp(a.grad_checkpoint, "off") && !a.resume);
     CHECK(a.lora.rank == 8 && a.lora.scale == 20.0 && a.lora.dropout == 0.0 && a.lora.n_keys == 0);
     CHECK(!a.lr_schedule.set && a.optimizer_config.kind == OPT_ADAM && !a.optimizer_config.adam.bias_correction);
     CHECK(!strcmp(a.loss_normalization, "mean") && !strcmp(a.weights_dtype, "auto") && a.max_grad_norm == 0);
@@ -42,7 +42,22 @@ int main(void) {
                     "--num-layers -1 --optimizer adamw --memory-limit 7.5GiB --seed 42 --grad-checkpoint --test") == 0);
     CHECK(a.batch_size == 2 && a.iters == 50 && a.learning_rate == 2e-4 && !strcmp(a.fine_tune_type, "dora"));
     CHECK(a.mask_prompt && a.num_layers == -1 && a.optimizer_config.kind == OPT_ADAMW && a.seed == 42);
-    CHECK(a.memory_limit == (size_t)(7.5 * 1024 * 1024 * 1024) && a.grad_checkpoint && a.test);
+    CHECK(a.memory_limit == (size_t)(7.5 * 1024 * 1024 * 1024) && !strcmp(a.grad_checkpoint, "all") && a.test);
+    /* --grad-checkpoint: alone (MLX-LM's switch), auto, or blocks */
+    CHECK(parse(&a, "--model m --grad-checkpoint auto --iters 3") == 0 && !strcmp(a.grad_checkpoint, "auto"));
+    CHECK(a.iters == 3);
+    CHECK(parse(&a, "--model m --grad-checkpoint 3,5-7") == 0 && !strcmp(a.grad_checkpoint, "3,5-7"));
+    CHECK(parse(&a, "--model m --grad-checkpoint=2 --test") == 0 && !strcmp(a.grad_checkpoint, "2") && a.test);
+    CHECK(parse(&a, "--model m --grad-checkpoint") == 0 && !strcmp(a.grad_checkpoint, "all"));
+    BlockSet set;
+    bool all, none, autom;
+    CHECK(train_args_checkpoint("3,5-7,9", &set, &all, &none, &autom) == 0 && !all && !none && !autom);
+    CHECK(block_set_count(&set) == 5 && block_set_has(&set, 6) && !block_set_has(&set, 4));
+    CHECK(parse(&a, "--model m --grad-checkpoint 3-") < 0);
+    CHECK_ERROR_CONTAINS("--grad-checkpoint: expected auto, all or block indices such as 3,5-7, got \"3-\"");
+    CHECK(parse(&a, "--model m --grad-checkpoint sometimes") < 0);
+    CHECK_ERROR_CONTAINS("got \"sometimes\"");
+    CHECK(parse(&a, "--model m --grad-checkpoint 7-3") < 0);
     CHECK(parse(&a, "--model m --batch-size auto") == 0 && a.batch_size == 0);
     CHECK(parse(&a, "--model m --num-layers 0") == 0 && a.num_layers == -1);
 
@@ -115,6 +130,18 @@ int main(void) {
         args_release();
     }
     CHECK(alloc_failures > 0);
+    y = write_yaml("model: m\ngrad_checkpoint: true\n");
+    snprintf(line, sizeof line, "-c %s", y);
+    CHECK(parse(&a, line) == 0 && !strcmp(a.grad_checkpoint, "all"));
+    y = write_yaml("model: m\ngrad_checkpoint: false\n");
+    snprintf(line, sizeof line, "-c %s", y);
+    CHECK(parse(&a, line) == 0 && !strcmp(a.grad_checkpoint, "off"));
+    y = write_yaml("model: m\ngrad_checkpoint: [2, 4-5]\n");
+    snprintf(line, sizeof line, "-c %s", y);
+    CHECK(parse(&a, line) == 0 && !strcmp(a.grad_checkpoint, "2,4-5"));
+    y = write_yaml("model: m\ngrad_checkpoint: auto\n");
+    snprintf(line, sizeof line, "-c %s", y);
+    CHECK(parse(&a, line) == 0 && !strcmp(a.grad_checkpoint, "auto"));
     y = write_yaml("model: m\nbatch_size: many\n");
     snprintf(line, sizeof line, "-c %s", y);
     CHECK(parse(&a, line) < 0);

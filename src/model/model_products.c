@@ -1,0 +1,251 @@
+/* model_products.c: every matrix product the model will run for a list of
+ * batch shapes, listed without running anything: forward, backward and
+ * recompute of each block (frozen, LoRA/DoRA-adapted or fully trainable),
+ * the chunked LM head, DoRA's row norms and KV-cache decoding. Each product
+ * is reported with its oneDNN shape (matmul.h's matmul_shape_*, the same
+ * functions the products themselves key their primitives with), the block
+ * it belongs to and the phase of the step, so the memory planner counts the
+ * primitives a run creates and the scratchpad they need, and the recompute
+ * planner costs each block in FLOPs. The sequence mirrors block.c, lora.c,
+ * lmhead_xent.c and decode.c call for call; tests/model/test_products.c
+ * checks it against the primitives a real run creates. */
+#include "model/model_internal.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include <string.h>
+
+typedef struct {
+    const Model *m;
+    const FrozenWeight *views;  /* stored matrices (quantized models), or NULL */
+    ProductSink sink;
+    void *ctx;
+} Emit;
+
+static void put(const Emit *e, MatmulShape s, int block, ProductPhase phase) {
+    e->sink(e->ctx, &s, block, phase);
+}
+
+/* The frozen products go through frozen_weight.c: its shape functions
+ * report each product, tagged here with the block and the phase. */
+typedef struct {
+    const Emit *e;
+    int block;
+    ProductPhase phase;
+} Tagged;
+
+static void tagged(void *ctx, const MatmulShape *s) {
+    const Tagged *t = ctx;
+    t->e->sink(t->e->ctx, s, t->block, t->phase);
+}
+
+/* Matrix k (0 embedding, 1 LM head, 2 + 7 l + p) when it is not multiplied
+ * directly (packed or expanded in panels), else NULL. */
+static const FrozenWeight *panelled(const Emit *e, int k) {
+    if (!e->views || fw_is_direct(&e->views[k])) return NULL;
+    return &e->views[k];
+}
+
+/* fw_linear_forward of frozen matrix k: out (N, out) = x (N, in) W^T. */
+static void frozen_forward(const Emit *e, int k, int N, int in, int od, bool bias, bool have_x, int block,
+                           ProductPhase ph) {
+    const FrozenWeight *w = panelled(e, k);
+    if (!w) {
+        put(e, matmul_shape_linear_forward(N, in, od, e->m->d.run_dtype, bias), block, ph);
+        return;
+    }
+    Tagged t = {e, block, ph};
+    fw_forward_shapes(w, N, bias, have_x, tagged, &t);
+}
+
+/* fw_linear_backward_dinp of frozen matrix k. */
+static void frozen_dinp(const Emit *e, int k, int N, int in, int od, float beta, size_t ld16, int block,
+                        ProductPhase ph) {
+    const FrozenWeight *w = panelled(e, k);
+    if (!w) {
+        DType wt = e->m->d.run_dtype;
+        put(e, ld16 && wt == DTYPE_BF16 ? matmul_shape_dinp_bf16_dout(ld16, N, in, od, beta)
+                                        : matmul_shape_linear_dinp(N, in, od, wt, beta), block, ph);
+        return;
+    }
+    Tagged t = {e, block, ph};
+    fw_dinp_shapes(w, N, beta, ld16, tagged, &t);
+}
+
+static int matrix_of(int l, int p) { return 2 + PROJ_COUNT * l + p; }
+
+/* proj_forward: the base product (unless skip_base) and the LoRA branch. */
+static void emit_proj_forward(const Emit *e, int l, int p, int N, bool skip_base, ProductPhase ph) {
+    const Model *m = e->m;
+    const Dims *d = &m->d;
+    const BlockParams *bp = &m->blocks[l];
+    int in, od;
+    proj_shape(d, p, &in, &od);
+    bool adapted = bp->adapted >> p & 1u;
+    bool dora = adapted && m->spec.type == TUNE_DORA;
+    bool bias = d->bias && p <= PROJ_V && !dora;
+    if (!skip_base && block_is_full(m, l)) put(e, matmul_shape_linear_forward(N, in, od, DTYPE_F32, bias), l, ph);
+    else if (!skip_base) frozen_forward(e, matrix_of(l, p), N, in, od, bias, true, l, ph);
+    if (!adapted) return;
+    put(e, matmul_shape_gemm(N, d->r, in, false, false, 1.0f, 0.0f), l, ph);
+    if (!skip_base) put(e, matmul_shape_gemm(N, od, d->r, false, false, m->spec.lora_scale, 1.0f), l, ph);
+}
+
+/* block_forward (recompute: the down projection's base product is skipped). */
+static void emit_block_forward(const Emit *e, int l, int N, bool recompute) {
+    ProductPhase ph = recompute ? PRODUCT_RECOMPUTE : PRODUCT_FORWARD;
+    unsigned projs = layer_projs(&e->m->cfg, l);   /* the block kind's projections (Qwen3.5) */
+    for (int p = 0; p < PROJ_COUNT; p++)
+        if (projs >> p & 1u) emit_proj_forward(e, l, p, N, recompute && p == PROJ_DOWN, ph);
+}
+
+/* proj_backward with dx (NULL or not) and its first-contribution flag. */
+static void emit_proj_backward(const Emit *e, int l, int p, int N, bool dx, bool dx_set) {
+    const Model *m = e->m;
+    const Dims *d = &m->d;
+    const BlockParams *bp = &m->blocks[l];
+    int in, od;
+    proj_shape(d, p, &in, &od);
+    bool adapted = bp->adapted >> p & 1u;
+    bool full = block_is_full(m, l);
+    float scale = m->spec.lora_scale;
+    if (adapted && m->spec.type == TUNE_DORA) {
+        frozen_forward(e, matrix_of(l, p), N, in, od, false, true, l, PRODUCT_BACKWARD);
+        put(e, matmul_shape_gemm(N, od, d->r, false, false, scale, 1.0f), l, PRODUCT_BACKWARD);
+    }
+    if (full) {
+        /* trainable weight: one call, dx (when wanted) and dW */
+        if (dx) put(e, matmul_shape_linear_dinp(N, in, od, DTYPE_F32, dx_set ? 0.0f : 1.0f), l, PRODUCT_BACKWARD);
+        put(e, matmul_shape_linear_dweight(N, in, od), l, PRODUCT_BACKWARD);
+    } else if (dx) {
+        frozen_dinp(e, matrix_of(l, p), N, in, od, dx_set ? 0.0f : 1.0f, 0, l, PRODUCT_BACKWARD);
+    }
+    if (!adapted) return;
+    int r = d->r;
+    put(e, matmul_shape_gemm(r, od, N, true, false, scale, 1.0f), l, PRODUCT_BACKWARD);
+    put(e, matmul_shape_gemm(N, r, od, false, true, scale, 0.0f), l, PRODUCT_BACKWARD);
+    put(e, matmul_shape_gemm(r, in, N, true, false, 1.0f, 0.0f), l, PRODUCT_BACKWARD);
+    if (dx) put(e, matmul_shape_gemm(N, in, r, false, true, 1.0f, d->dropout ? 0.0f : 1.0f), l, PRODUCT_BACKWARD);
+}
+
+/* block_backward's order and flags. */
+static void emit_block_backward(const Emit *e, int l, int N) {
+    const Model *m = e->m;
+    bool need_dx = l > m->d.lo || block_is_full(m, l);
+    emit_proj_backward(e, l, PROJ_DOWN, N, true, true);
+    emit_proj_backward(e, l, PROJ_GATE, N, true, true);
+    emit_proj_backward(e, l, PROJ_UP, N, true, false);
+    if (m->blocks[l].gdn) {
+        /* block_gdn.c's mixer backward */
+        emit_proj_backward(e, l, PROJ_LOUT, N, true, true);
+        emit_proj_backward(e, l, PROJ_LQKV, N, need_dx, true);
+        emit_proj_backward(e, l, PROJ_LZ, N, need_dx, false);
+        emit_proj_backward(e, l, PROJ_LB, N, need_dx, false);
+        emit_proj_backward(e, l, PROJ_LA, N, need_dx, false);
+        return;
+    }
+    emit_proj_backward(e, l, PROJ_O, N, true, true);
+    emit_proj_backward(e, l, PROJ_Q, N, need_dx, true);
+    emit_proj_backward(e, l, PROJ_K, N, need_dx, false);
+    emit_proj_backward(e, l, PROJ_V, N, need_dx, false);
+}
+
+/* The LM head's products run in bf16 (its compute type). */
+static bool lmhead_bf16(const Emit *e) {
+    if (e->views) return e->views[1].compute == DTYPE_BF16;
+    return e->m->d.run_dtype == DTYPE_BF16;
+}
+
+/* lmhead_xent over `rows` counted positions: rows / chunk full chunks and
+ * the remainder (padded to lmhead_product_rows), each product once per
+ * chunk (sinks that sum FLOPs see every one). */
+static void emit_lmhead(const Emit *e, long rows, bool grad) {
+    const Dims *d = &e->m->d;
+    int chunk = d->chunk;
+    long full = rows / chunk, rest = rows % chunk;
+    for (long c = 0; c <= full; c++) {
+        long counted = c < full ? chunk : rest;
+        if (counted <= 0) continue;
+        int n = lmhead_product_rows((int)counted, chunk);
+        bool bf = lmhead_bf16(e);
+        frozen_forward(e, 1, n, d->C, d->V, false, !bf, -1, PRODUCT_LMHEAD);
+        if (!grad) continue;
+        frozen_dinp(e, 1, n, d->C, d->V, 0.0f, bf ? (size_t)d->V : 0, -1, PRODUCT_LMHEAD);
+    }
+}
+
+/* dora_update_norms: once per step (training and evaluation alike). */
+static void emit_dora_norms(const Emit *e) {
+    const Model *m = e->m;
+    const Dims *d = &m->d;
+    if (m->spec.type != TUNE_DORA) return;
+    for (int l = d->lo; l < d->L; l++)
+        for (int p = 0; p < PROJ_COUNT; p++) {
+            if (!(m->blocks[l].adapted >> p & 1u)) continue;
+            int in, od;
+            proj_shape(d, p, &in, &od);
+            frozen_forward(e, matrix_of(l, p), d->r, in, od, false, true, l, PRODUCT_DORA_NORMS);
+            put(e, matmul_shape_gemm(d->r, d->r, in, true, false, 1.0f, 0.0f), l, PRODUCT_DORA_NORMS);
+            put(e, matmul_shape_gemm(d->r, od, d->r, false, false, 1.0f, 0.0f), l, PRODUCT_DORA_NORMS);
+        }
+}
+
+static void emit_batch(const Emit *e, const ProductBatch *b) {
+    const Model *m = e->m;
+    const Dims *d = &m->d;
+    int N = b->rows * b->tokens;
+    if (b->decode) {
+        /* decode.c: the prompt in chunks of dec_rows rows, then one row per token */
+        emit_dora_norms(e);
+        int left = b->tokens;
+        while (left > 0) {
+            int rows = left < d->dec_rows ? left : d->dec_rows;
+            for (int l = 0; l < d->L; l++) emit_block_forward(e, l, rows, false);
+            left -= rows;
+        }
+        for (int l = 0; l < d->L; l++) emit_block_forward(e, l, 1, false);
+        frozen_forward(e, 1, 1, d->C, d->V, false, true, -1, PRODUCT_LMHEAD);
+        return;
+    }
+    if (N <= 0 || b->lm_rows <= 0) return;   /* nothing counted: the model returns before any product */
+    emit_dora_norms(e);
+    for (int l = 0; l < d->L; l++) emit_block_forward(e, l, N, false);
+    emit_lmhead(e, b->lm_rows, b->train);
+    if (!b->train) return;
+    for (int l = d->L - 1; l >= d->lo; l--) {
+        emit_block_forward(e, l, N, true);
+        emit_block_backward(e, l, N);
+    }
+}
+
+int model_products(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws,
+                   const FrozenWeight *views, const ProductBatch *batches, size_t n, ProductSink sink, void *ctx) {
+    Model *m = mem_calloc(1, sizeof *m);
+    if (!m) return -1;
+    m->cfg = *cfg;
+    m->spec = *spec;
+    int rc = dims_init(&m->d, cfg, spec, ws->file_dtype);
+    if (rc == 0) rc = dims_apply_summary(&m->d, spec, ws);
+    if (rc == 0) {
+        m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
+        if (!m->blocks) rc = -1;
+    }
+    if (rc == 0) {
+        for (int l = 0; l < m->d.L; l++) m->blocks[l].adapted = block_adapted_mask(m, l);
+        Emit e = {m, m->d.quantized ? views : NULL, sink, ctx};
+        for (size_t i = 0; i < n; i++) emit_batch(&e, &batches[i]);
+    }
+    mem_free(m->blocks);
+    mem_free(m);
+    return rc;
+}
+
+double model_attention_flops(const ModelConfig *cfg, int rows, int tokens, bool backward) {
+    /* causal: query i attends to i + 1 keys; scores and the weighted sum of
+     * values are two products of that size; the backward pass rebuilds the
+     * scores and runs four more (dV, dP, dQ, dK) */
+    double pairs = (double)rows * tokens * (tokens + 1) / 2.0;
+    double fwd = 2.0 * 2.0 * pairs * cfg->num_attention_heads * cfg->head_dim;
+    return backward ? 2.5 * fwd : fwd;
+}
