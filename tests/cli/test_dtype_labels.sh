@@ -17,6 +17,12 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail=0; checks=0
 # the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
 ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+# --weights-dtype auto times bf16 against fp32 products at start-up: near a tie
+# the choice follows the machine's load, not the label. The first label of each
+# stored dtype trains under auto; its choice is then given to every later run of
+# that dtype (the same products whatever the label), and to every plan.
+WD=()
+products_of() { sed -n 's/^Frozen products: \(bf16\|fp32\).*/\1/p' "$1" | head -1 | sed 's/fp32/f32/'; }
 
 "$BIN" init --preset tiny --layers 1 --out "$T/base" --tokenizer-text demo/data/train.jsonl --vocab-size 300 --seed 5 \
   --init fan-in >/dev/null || { echo "init failed"; exit 1; }
@@ -77,13 +83,17 @@ PY
 
 P="What is the capital of France?"
 for kind in F32 BF16 F16; do
+  WD=()
   for lab in tf32 tbf16 tf16 none dbf16 df32; do
     m="$T/m_${kind}_$lab"; o="$T/o_${kind}_$lab"; mkdir -p "$o"
     what="$kind weights labelled $lab"
     "$BIN" train --model "$m" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
-      --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+      --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 "${WD[@]}" > "$o/train.log" 2>&1
     rc=$?; ok '[ $rc -eq 0 ]' "train, $what: $(tail -1 "$o/train.log")"
-    "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+    [ ${#WD[@]} -gt 0 ] || WD=(--weights-dtype "$(products_of "$o/train.log")")
+    ok '[ "${WD[1]}" = bf16 ] || [ "${WD[1]}" = f32 ]' "train, $what: no 'Frozen products:' line"
+    "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 "${WD[@]}" \
+      > "$o/plan.log" 2>&1
     rc=$?; ok '[ $rc -eq 0 ]' "plan, $what: $(tail -1 "$o/plan.log")"
     grep "^  arena" "$o/plan.log" > "$o/arena.txt"
     "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
@@ -134,13 +144,16 @@ for lab, kv in {"tf32": ("torch_dtype", "float32"), "tbf16": ("torch_dtype", "bf
         c[kv[0]] = kv[1]
     json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
 PY
+WD=()
 for lab in tf32 tbf16 none; do
   m="$T/q_$lab"; o="$T/oq_$lab"; mkdir -p "$o"
   what="4-bit model (bf16 scales) labelled $lab"
   "$BIN" train --model "$m" --data "$T/data" --iters 2 --batch-size 2 --num-layers 1 --max-seq-length 48 \
-    --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 > "$o/train.log" 2>&1
+    --steps-per-eval 2 --adapter-path "$o/ad" --threads 1 "${WD[@]}" > "$o/train.log" 2>&1
   rc=$?; ok '[ $rc -eq 0 ]' "train, $what: $(tail -1 "$o/train.log")"
-  "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 > "$o/plan.log" 2>&1
+  [ ${#WD[@]} -gt 0 ] || WD=(--weights-dtype "$(products_of "$o/train.log")")
+  "$BIN" plan --model "$m" --data "$T/data" --batch-size 2 --num-layers 1 --max-seq-length 48 "${WD[@]}" \
+    > "$o/plan.log" 2>&1
   rc=$?; ok '[ $rc -eq 0 ]' "plan, $what: $(tail -1 "$o/plan.log")"
   grep "^  arena" "$o/plan.log" > "$o/arena.txt"
   "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
