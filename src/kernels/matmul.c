@@ -737,6 +737,7 @@ const MatmulProbe *matmul_probe(void) {
     };
     float bias[WARM] = {0};
     long created0 = matmul_primitives_created();
+    size_t rss_held = 0;
     /* without bf16 products (no AVX-512) bf16 weights compute in fp32
      * (matmul_weight_dtype): no bf16 primitive exists to probe */
     bool bf16 = matmul_bf16_supported();
@@ -769,7 +770,7 @@ const MatmulProbe *matmul_probe(void) {
         }
         pthread_mutex_unlock(&mm_lock);
         size_t r1 = rss_current_bytes();
-        if (r1 > mm_probe_result.rss_peak) mm_probe_result.rss_peak = r1;
+        if (r1 > rss_held) rss_held = r1;
         size_t per = r1 > r0 ? (r1 - r0) / FRESH : 0;
         if (dt) mm_probe_result.primitive_bytes_bf16 = per;
         else mm_probe_result.primitive_bytes = per;
@@ -793,7 +794,7 @@ const MatmulProbe *matmul_probe(void) {
     mm_probe_result.threads = threads;
     mm_probe_result.probe_primitives = matmul_primitives_created() - created0;
     size_t held = rss_current_bytes();
-    if (held > mm_probe_result.rss_peak) mm_probe_result.rss_peak = held;
+    if (held > rss_held) rss_held = held;
     pthread_mutex_lock(&mm_lock);
     for (int i = 0; i < MM_CACHE_SLOTS; i++) mm_slot_release(&mm_cache[i]);
     free(mm_own_pad);
@@ -804,6 +805,8 @@ const MatmulProbe *matmul_probe(void) {
     free(buf);
     free(buf16);
     malloc_trim(0);
+    size_t left = rss_current_bytes();
+    mm_probe_result.rss_above_end = rss_held > left ? rss_held - left : 0;
     mm_probe_done = 1;
     return &mm_probe_result;
 }

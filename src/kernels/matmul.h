@@ -179,8 +179,8 @@ typedef struct {
     double gflops_f32, gflops_bf16; /* one core: a 256 x 512 x 512 product, best of 5 */
     int threads;                /* OpenMP threads of the run */
     long probe_primitives;
-    size_t rss_peak;            /* the process's resident set while the probe held the most (its
-                                   buffers and primitives alive): a floor of any run's peak */
+    size_t rss_above_end;       /* how far the resident set stood, while the probe held the most
+                                   (its buffers and primitives alive), above where it left it */
 } MatmulProbe;
 const MatmulProbe *matmul_probe(void);
 #endif

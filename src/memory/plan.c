@@ -37,7 +37,8 @@ int plan_note(MemPlan *p, MemClass c, const char *name, size_t bytes, bool in_ar
 size_t plan_total(const MemPlan *p) { size_t s = 0; for (size_t i = 0; i < p->n; i++) s += p->entries[i].bytes; return s; }
 
 int plan_note_startup_peak(MemPlan *p) {
-    size_t peak = matmul_probe()->rss_peak, total = plan_total(p);
+    size_t peak = plan_class_bytes(p, MEM_RUNTIME) + plan_class_bytes(p, MEM_DATASET) + matmul_probe()->rss_above_end;
+    size_t total = plan_total(p);
     if (peak <= total) return 0;
     return plan_note(p, MEM_RUNTIME, "start-up probes' peak above the run's (measured)", peak - total, false);
 }

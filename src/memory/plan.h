@@ -46,11 +46,12 @@ typedef struct {
 const char *mem_class_name(MemClass c);
 int plan_note(MemPlan *p, MemClass c, const char *name, size_t bytes, bool in_arena);
 size_t plan_total(const MemPlan *p);
-/* The start-up probe's resident set (matmul_probe's rss_peak: its buffers
- * and primitives alive, above the baseline it leaves) is a floor of the
- * run's peak: when it is above the plan's total (a tiny model, generating a
- * few tokens), the difference is noted (MEM_RUNTIME, measured), so the plan
- * is never below what the process reaches before its first step. Call last. */
+/* The start-up probe's transient (matmul_probe's rss_above_end: its buffers
+ * and primitives alive, above the baseline it leaves) on top of the plan's
+ * baseline and data is a floor of the run's peak: when it is above the
+ * plan's total (a tiny model, generating a few tokens), the difference is
+ * noted (MEM_RUNTIME, measured), so the plan is never below what the process
+ * reaches before its first step. Call last. */
 int plan_note_startup_peak(MemPlan *p);
 size_t plan_arena_bytes(const MemPlan *p);
 size_t plan_class_bytes(const MemPlan *p, MemClass c);
