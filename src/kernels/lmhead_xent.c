@@ -23,11 +23,28 @@ size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
 
+/* tanh for 16 lanes: 1 - 2 / (e^2y + 1), exact at the saturated ends */
+static inline v16 tanh16(v16 y) {
+    return splat16(1.0f) - splat16(2.0f) / (exp16(y + y) + splat16(1.0f));
+}
+
+/* Soft-capping in place: z = cap * tanh(z / cap). The gradient factor
+ * 1 - tanh^2 = 1 - (z / cap)^2 is formed later from the capped value. */
+static void softcap_row(float *z, int V, float cap) {
+    int j = 0;
+    v16 c = splat16(cap);
+    for (; j + 16 <= V; j += 16) store16(z + j, c * tanh16(load16(z + j) / c));
+    for (; j < V; j++) z[j] = cap * tanhf(z[j] / cap);
+}
+
 /* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax
  * - onehot), as floats, or (bf16_out) rounded to bf16 in the first half of
  * the row's memory. The bf16 writes trail the reads: block j's 32 bytes go
- * to [2j, 2j + 32), which the loop has read already. */
-static double row_xent(float *z, int V, int target, float scale, int want_grad, int bf16_out) {
+ * to [2j, 2j + 32), which the loop has read already. With soft-capping
+ * (cap > 0) the row holds capped logits and the dlogits are those of the raw
+ * logits: times 1 - (z / cap)^2. */
+static double row_xent(float *z, int V, int target, float scale, int want_grad, int bf16_out, float cap) {
+    if (cap > 0.0f) softcap_row(z, V, cap);
     v16 mv = splat16(-INFINITY);
     int j = 0;
     float mx = -INFINITY;
@@ -43,21 +60,34 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     double loss = lse - (double)z[target];
     if (!want_grad) return loss;
     v16 l16 = splat16((float)lse), s16 = splat16(scale);
+    float icap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    v16 ic16 = splat16(icap), one = splat16(1.0f);
     if (!bf16_out) {
-        for (j = 0; j + 16 <= V; j += 16) store16(z + j, exp16(load16(z + j) - l16) * s16);
-        for (; j < V; j++) z[j] = expf(z[j] - (float)lse) * scale;
-        z[target] -= scale;
+        for (j = 0; j + 16 <= V; j += 16) {
+            v16 zv = load16(z + j), g = exp16(zv - l16) * s16;
+            if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
+            if (cap > 0.0f) g *= one - zv * ic16 * (zv * ic16);
+            store16(z + j, g);
+        }
+        for (; j < V; j++) {
+            float g = expf(z[j] - (float)lse) * scale;
+            if (j == target) g -= scale;
+            if (cap > 0.0f) g *= 1.0f - z[j] * icap * (z[j] * icap);
+            z[j] = g;
+        }
         return loss;
     }
     uint16_t *dst = (uint16_t *)(void *)z;
     for (j = 0; j + 16 <= V; j += 16) {
-        v16 g = exp16(load16(z + j) - l16) * s16;
+        v16 zv = load16(z + j), g = exp16(zv - l16) * s16;
         if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
+        if (cap > 0.0f) g *= one - zv * ic16 * (zv * ic16);
         store16_bf16(dst + j, g);
     }
     for (; j < V; j++) {
         float g = expf(z[j] - (float)lse) * scale;
         if (j == target) g -= scale;
+        if (cap > 0.0f) g *= 1.0f - z[j] * icap * (z[j] * icap);
         dst[j] = f32_to_bf16(g);
     }
     return loss;
@@ -65,7 +95,7 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
 
 double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
                    const int *targets, const float *row_weight, float *scratch,
-                   int chunk, int N, int C, int V) {
+                   float softcap, int chunk, int N, int C, int V) {
     if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
         die("lmhead_xent.c: weight dtype %s not supported (F32 or BF16)", dtype_name(wtype));
     if (chunk <= 0) die("lmhead_xent.c: chunk %d must be positive", chunk);
@@ -104,7 +134,8 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < n; r++) {
             float *z = logits + (size_t)r * V;
-            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, wtype == DTYPE_BF16);
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, wtype == DTYPE_BF16,
+                                     softcap);
         }
         for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
             total += (double)row_weight[idx[r]] * chunk_loss[r];
@@ -125,6 +156,8 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
     return total;
 }
 
-void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, int N, int C, int V) {
+void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, float softcap, int N, int C, int V) {
     linear_forward(out, inp, weight, wtype, NULL, N, C, V);
+    if (softcap > 0.0f)
+        for (int n = 0; n < N; n++) softcap_row(out + (size_t)n * V, V, softcap);
 }

@@ -1,42 +1,57 @@
 /* decode.c: incremental generation with a KV cache for one sequence. New
  * tokens at positions pos.. are run through the blocks in chunks of
- * dec_rows rows; their keys and values are appended to the cache and their
- * queries attend to every cached position up to their own (causal), so the
- * prefix is never recomputed. */
+ * dec_rows rows; their keys and values are written to the cache and their
+ * queries attend to the cached positions they see (causal, and within the
+ * window on sliding layers), so the prefix is never recomputed. A sliding
+ * layer's cache is a ring of window + dec_rows - 1 positions (position p in
+ * slot p mod its length): the rolling window cache. Longrope (phi3) picks
+ * its factors by the sequence's length; like transformers' Phi3, the cached
+ * prefix is recomputed once with the long factors when the sequence grows
+ * past original_max_position_embeddings, so every logit equals a full
+ * recomputation of the sequence so far. */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
 #include "base/error.h"
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
-/* out (rows, H*D): query row i (absolute position p0 + i) over cache 0..p0+i. */
-static void cached_attention(Model *m, float *out, const float *q, const float *kc, const float *vc, int rows, int p0) {
+/* out (rows, H*D): query row i (absolute position p0 + i) over the cached
+ * positions it sees. */
+static void cached_attention(Model *m, int l, float *out, const float *q, int rows, int p0) {
     const Dims *d = &m->d;
-    int H = d->H, D = d->D, KVD = d->KVD, grp = d->H / d->KVH;
-    float sc = 1.0f / sqrtf((float)D);
+    const AttnParams *ap = &m->attn[l];
+    int H = d->H, D = d->D, KVD = d->KVD, grp = d->H / d->KVH, len = m->kv_len[l];
+    const float *kc = m->kcache + m->kv_off[l] * KVD, *vc = m->vcache + m->kv_off[l] * KVD;
+    float sc = ap->scale, cap = ap->softcap;
     #pragma omp parallel for schedule(static)
     for (int h = 0; h < H; h++) {
         float *s = m->dec_scores + (size_t)h * d->kv_T;
         int kh = h / grp;
         for (int i = 0; i < rows; i++) {
-            int n = p0 + i + 1;
+            int p = p0 + i, j0 = ap->window > 0 && p - ap->window + 1 > 0 ? p - ap->window + 1 : 0;
+            int n = p + 1 - j0;
             const float *qi = q + (size_t)i * d->QD + (size_t)h * D;
             float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                const float *kj = kc + (size_t)j * KVD + (size_t)kh * D;
+            for (int t = 0; t < n; t++) {
+                const float *kj = kc + (size_t)((j0 + t) % len) * KVD + (size_t)kh * D;
                 float dot = 0;
                 for (int e = 0; e < D; e++) dot += qi[e] * kj[e];
-                s[j] = dot * sc;
-                if (s[j] > mx) mx = s[j];
+                s[t] = dot * sc;
+                if (cap > 0.0f) s[t] = cap * tanhf(s[t] / cap);
+                if (s[t] > mx) mx = s[t];
             }
             double sum = 0;
-            for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
+            for (int t = 0; t < n; t++) {
+                s[t] = expf(s[t] - mx);
+                sum += s[t];
+            }
             float inv = (float)(1.0 / sum);
             float *o = out + (size_t)i * d->QD + (size_t)h * D;
             for (int e = 0; e < D; e++) o[e] = 0;
-            for (int j = 0; j < n; j++) {
-                const float *vj = vc + (size_t)j * KVD + (size_t)kh * D;
-                float w = s[j] * inv;
+            for (int t = 0; t < n; t++) {
+                const float *vj = vc + (size_t)((j0 + t) % len) * KVD + (size_t)kh * D;
+                float w = s[t] * inv;
                 for (int e = 0; e < D; e++) o[e] += w * vj[e];
             }
         }
@@ -47,37 +62,45 @@ static void add_inplace(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-static void decode_block(Model *m, int l, const float *x, float *x_out, int rows, int p0) {
+/* One block on `rows` new positions starting at p0; seq_len picks longrope's factors. */
+static void decode_block(Model *m, int l, const float *x, float *x_out, int rows, int p0, int seq_len) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[l];
-    const BlockActs *a = &m->dec;
-    float eps = m->cfg.rms_norm_eps;
-    rmsnorm_forward(a->ln1, a->rstd1, x, bp->ln1, eps, rows, d->C);
-    const uint16_t *ln1_16 = proj_shared_input(bp, PROJ_Q, PROJ_V, a->ln1, rows, d->C);
-    float *q = d->qk_norm ? a->q_pre : a->q, *k = d->qk_norm ? a->k_pre : a->k;
-    proj_forward(m, bp, l, PROJ_Q, q, a->ln1, ln1_16, a->xa[PROJ_Q], rows, false);
-    proj_forward(m, bp, l, PROJ_K, k, a->ln1, ln1_16, a->xa[PROJ_K], rows, false);
-    proj_forward(m, bp, l, PROJ_V, a->v, a->ln1, ln1_16, a->xa[PROJ_V], rows, false);
-    if (d->qk_norm) {
-        rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, eps, rows * d->H, d->D);
-        rmsnorm_forward(a->k, a->k_rstd, a->k_pre, bp->kn, eps, rows * d->KVH, d->D);
+    BlockActs a = m->dec;
+    a.x_in = (float *)x;
+    float eps = m->cfg.rms_norm_eps, off = d->norm_off;
+    rmsnorm_forward(a.ln1, a.rstd1, x, bp->ln1, off, eps, rows, d->C);
+    block_qkv_forward(m, l, &a, rows);
+    const float *sin_t, *cos_t = layer_rope(m, l, seq_len, &sin_t);
+    if (cos_t) {
+        size_t half = (size_t)d->rd / 2;
+        rope_forward(a.q, cos_t + (size_t)p0 * half, sin_t + (size_t)p0 * half, 1, rows, d->H, d->D, d->rd);
+        rope_forward(a.k, cos_t + (size_t)p0 * half, sin_t + (size_t)p0 * half, 1, rows, d->KVH, d->D, d->rd);
     }
-    size_t half = (size_t)d->D / 2;
-    rope_forward(a->q, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, rows, d->H, d->D);
-    rope_forward(a->k, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, rows, d->KVH, d->D);
-    float *kc = m->kcache + (size_t)l * d->kv_T * d->KVD, *vc = m->vcache + (size_t)l * d->kv_T * d->KVD;
-    memcpy(kc + (size_t)p0 * d->KVD, a->k, (size_t)rows * d->KVD * sizeof(float));
-    memcpy(vc + (size_t)p0 * d->KVD, a->v, (size_t)rows * d->KVD * sizeof(float));
-    cached_attention(m, a->att, a->q, kc, vc, rows, p0);
-    proj_forward(m, bp, l, PROJ_O, a->x_mid, a->att, NULL, a->xa[PROJ_O], rows, false);
-    add_inplace(a->x_mid, x, (size_t)rows * d->C);
-    rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, eps, rows, d->C);
-    const uint16_t *ln2_16 = proj_shared_input(bp, PROJ_GATE, PROJ_UP, a->ln2, rows, d->C);
-    proj_forward(m, bp, l, PROJ_GATE, a->gate, a->ln2, ln2_16, a->xa[PROJ_GATE], rows, false);
-    proj_forward(m, bp, l, PROJ_UP, a->up, a->ln2, ln2_16, a->xa[PROJ_UP], rows, false);
-    swiglu_forward(a->act, a->gate, a->up, (size_t)rows * d->F);
-    proj_forward(m, bp, l, PROJ_DOWN, x_out, a->act, NULL, a->xa[PROJ_DOWN], rows, false);
-    add_inplace(x_out, a->x_mid, (size_t)rows * d->C);
+    int len = m->kv_len[l];
+    float *kc = m->kcache + m->kv_off[l] * d->KVD, *vc = m->vcache + m->kv_off[l] * d->KVD;
+    for (int i = 0; i < rows; i++) {
+        size_t slot = (size_t)((p0 + i) % len);
+        memcpy(kc + slot * d->KVD, a.k + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
+        memcpy(vc + slot * d->KVD, a.v + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
+    }
+    cached_attention(m, l, a.att, a.q, rows, p0);
+    if (d->sandwich) {
+        proj_forward(m, bp, l, PROJ_O, a.o, a.att, NULL, a.xa[PROJ_O], rows, false);
+        rmsnorm_forward(a.x_mid, a.prstd1, a.o, bp->pn1, off, eps, rows, d->C);
+    } else {
+        proj_forward(m, bp, l, PROJ_O, a.x_mid, a.att, NULL, a.xa[PROJ_O], rows, false);
+    }
+    add_inplace(a.x_mid, x, (size_t)rows * d->C);
+    rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, bp->ln2, off, eps, rows, d->C);
+    block_mlp_forward(m, l, &a, rows);
+    if (d->sandwich) {
+        proj_forward(m, bp, l, PROJ_DOWN, a.mlp, a.act, NULL, a.xa[PROJ_DOWN], rows, false);
+        rmsnorm_forward(x_out, a.prstd2, a.mlp, bp->pn2, off, eps, rows, d->C);
+    } else {
+        proj_forward(m, bp, l, PROJ_DOWN, x_out, a.act, NULL, a.xa[PROJ_DOWN], rows, false);
+    }
+    add_inplace(x_out, a.x_mid, (size_t)rows * d->C);
 }
 
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits) {
@@ -96,21 +119,34 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
     bool drop = m->d.dropout;
     m->d.dropout = false;
     if (pos == 0 || !m->dora_fresh) dora_update_norms(m);
+    memcpy(m->dec_tokens + pos, tokens, (size_t)n * sizeof *tokens);
+    const RopeScaling *rs = &m->cfg.rope_scaling;
+    bool want_long = rs->type == ROPE_SCALING_LONGROPE && (long)pos + n > rs->original_max_position;
+    int start = pos;
+    if (pos == 0) {
+        m->dec_long = want_long;
+    } else if (want_long && !m->dec_long) {
+        m->dec_long = true;
+        start = 0;   /* the cached prefix was rotated with the short factors: recompute it */
+    }
+    int seq_len = m->dec_long ? INT_MAX : 0;
     float *x = m->dec_x, *y = m->dec_x2;
-    int rows = 0;
-    for (int c0 = 0; c0 < n; c0 += d->dec_rows) {
-        rows = n - c0 < d->dec_rows ? n - c0 : d->dec_rows;
-        embedding_forward(x, (const int *)tokens + c0, m->embed, m->embed_t, rows, d->C);
+    int rows = 0, end = pos + n;
+    for (int c0 = start; c0 < end; c0 += d->dec_rows) {
+        rows = end - c0 < d->dec_rows ? end - c0 : d->dec_rows;
+        embed_rows(m, x, (const int *)m->dec_tokens + c0, rows);
         for (int l = 0; l < d->L; l++) {
-            decode_block(m, l, x, y, rows, pos + c0);
-            float *t = x; x = y; y = t;
+            decode_block(m, l, x, y, rows, c0, seq_len);
+            float *t = x;
+            x = y;
+            y = t;
         }
     }
-    m->dec_len = pos + n;
+    m->dec_len = end;
     /* final norm and logits of the last position only */
     const float *last = x + (size_t)(rows - 1) * d->C;
-    rmsnorm_forward(m->dec.ln1, m->dec.rstd1, last, m->final_norm, m->cfg.rms_norm_eps, 1, d->C);
-    lmhead_logits(logits, m->dec.ln1, m->lm_head, m->lm_head_t, 1, d->C, d->V);
+    rmsnorm_forward(m->dec.ln1, m->dec.rstd1, last, m->final_norm, d->norm_off, m->cfg.rms_norm_eps, 1, d->C);
+    lmhead_logits(logits, m->dec.ln1, m->lm_head, m->lm_head_t, (float)m->cfg.final_softcap, 1, d->C, d->V);
     m->d.dropout = drop;
     return 0;
 }

@@ -1,13 +1,18 @@
 /* fuse.c: merging an adapter into the base weights and exporting it to PEFT
  * and GGUF (see fuse.h). MLX-LM's LoRA: y = W x + scale * (x A) B with
  * A (in, r), B (r, out), so the merged weight is W' = W + scale * B^T A^T
- * (out, in); DoRA then rescales row o by m[o] / ||W'[o, :]||. */
+ * (out, in); DoRA then rescales row o by m[o] / ||W'[o, :]||. Names follow
+ * the model's config: weights "<prefix>layers.N.<key>.weight", adapters
+ * "<adapter prefix>layers.N.<key>.lora_a" (MLX-LM's module paths; they
+ * differ for a multimodal gemma3 saved by recent transformers), fused
+ * projections (phi3's qkv_proj, gate_up_proj) under their own keys. */
 #include "model/fuse.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
+#include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include <jansson.h>
@@ -15,8 +20,20 @@
 #include <stdio.h>
 #include <string.h>
 
+/* llama.cpp's tensor names; phi3 keeps its fused gate_up as ffn_up */
 static const char *const GGUF_NAMES[PROJ_COUNT] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_qkv", "ffn_up"};
+
+/* The model's config (prefixes), with the weight prefix of its files. */
+static int load_model_config(ModelConfig *mc, const char *model_dir, const StModel *st) {
+    char *cfg_path = path_join(model_dir, "config.json");
+    if (!cfg_path) return -1;
+    int rc = hf_config_load(mc, cfg_path);
+    mem_free(cfg_path);
+    TRY(rc);
+    if (st) model_tensors_detect_prefix(mc, st);
+    return 0;
+}
 
 int adapter_config_load(AdapterConfig *ac, const char *adapter_dir) {
     memset(ac, 0, sizeof *ac);
@@ -58,28 +75,39 @@ typedef struct {
     int layer, proj;
 } WeightAdapter;
 
-static int parse_layer_proj(const char *name, int *layer, int *proj, const char **rest) {
+/* "<prefix>layers.N.<key>.<rest>": layer, projection and rest. */
+static int parse_layer_proj(const char *name, const char *prefix, int *layer, int *proj, const char **rest) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return -1;
     int i, n = 0;
-    if (sscanf(name, "model.layers.%d.%n", &i, &n) != 1 || n == 0) return -1;
+    if (sscanf(name + pl, "layers.%d.%n", &i, &n) != 1 || n == 0) return -1;
+    n += (int)pl;
     for (int p = 0; p < PROJ_COUNT; p++) {
         size_t k = strlen(PROJ_KEYS[p]);
-        if (!strncmp(name + n, PROJ_KEYS[p], k) && name[n + k] == '.') { *layer = i; *proj = p; *rest = name + n + k + 1; return 0; }
+        if (!strncmp(name + n, PROJ_KEYS[p], k) && name[n + k] == '.') {
+            *layer = i;
+            *proj = p;
+            *rest = name + n + k + 1;
+            return 0;
+        }
     }
     return -1;
 }
 
-static int find_adapter(const StFile *ad, const AdapterConfig *ac, const char *weight_name, WeightAdapter *wa) {
+static int find_adapter(const StFile *ad, const AdapterConfig *ac, const ModelConfig *mc, const char *weight_name,
+                        WeightAdapter *wa) {
     memset(wa, 0, sizeof *wa);
     wa->layer = wa->proj = -1;
     if (ac->type == TUNE_FULL) { wa->full = st_find(ad, weight_name); return 0; }
     const char *rest;
-    if (parse_layer_proj(weight_name, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0) return 0;
+    if (parse_layer_proj(weight_name, mc->prefix, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0)
+        return 0;
     char key[256];
-    snprintf(key, sizeof key, "model.layers.%d.%s.lora_a", wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->a = st_find(ad, key);
-    snprintf(key, sizeof key, "model.layers.%d.%s.lora_b", wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->b = st_find(ad, key);
-    snprintf(key, sizeof key, "model.layers.%d.%s.m", wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.m", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->m = st_find(ad, key);
     if (!wa->a != !wa->b) return error_set("%s/adapters.safetensors: %s has only one of lora_a and lora_b", ad->path, weight_name);
     return 0;
@@ -146,8 +174,14 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     size_t n_total = 0, used_adapters = 0, n_adapter_tensors = 0;
     int rc = -1;
     if (max_shard_bytes == 0) max_shard_bytes = 5000000000ull;
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
+    ModelConfig *mc = mem_alloc(sizeof *mc);
+    if (!mc) return -1;
+    if (open_adapter(adapter_dir, &ac, &ad) < 0) {
+        mem_free(mc);
+        return -1;
+    }
     if (st_model_open(&base, model_dir, false) < 0) goto out;
+    if (load_model_config(mc, model_dir, &base) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     for (size_t f = 0; f < base.n_files; f++) n_total += base.files[f].n_tensors;
     wt = mem_calloc(n_total + 1, sizeof *wt);
@@ -158,7 +192,7 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         for (size_t i = 0; i < base.files[f].n_tensors; i++, k++) {
             const StTensor *t = &base.files[f].tensors[i];
             WeightAdapter wa;
-            if (find_adapter(&ad, &ac, t->name, &wa) < 0) goto out;
+            if (find_adapter(&ad, &ac, mc, t->name, &wa) < 0) goto out;
             wt[k].name = t->name; wt[k].dtype = t->dtype; wt[k].ndim = t->ndim;
             memcpy(wt[k].shape, t->shape, sizeof t->shape);
             wt[k].data = t->data;
@@ -195,9 +229,10 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
             if (ac.type == TUNE_FULL) found = st_model_find(&base, nm) != NULL;
             else {
                 int layer, proj; const char *rest;
-                if (parse_layer_proj(nm, &layer, &proj, &rest) == 0 && (!strcmp(rest, "lora_a") || !strcmp(rest, "lora_b") || !strcmp(rest, "m"))) {
+                if (parse_layer_proj(nm, mc->adapter_prefix, &layer, &proj, &rest) == 0 &&
+                    (!strcmp(rest, "lora_a") || !strcmp(rest, "lora_b") || !strcmp(rest, "m"))) {
                     char wname[256];
-                    snprintf(wname, sizeof wname, "model.layers.%d.%s.weight", layer, PROJ_KEYS[proj]);
+                    snprintf(wname, sizeof wname, "%slayers.%d.%s.weight", mc->prefix, layer, PROJ_KEYS[proj]);
                     found = st_model_find(&base, wname) != NULL;
                 }
             }
@@ -251,6 +286,7 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
 out:
     for (size_t i = 0; owned && i < n_total; i++) mem_free(owned[i]);
     mem_free(owned); mem_free(wt);
+    mem_free(mc);
     st_model_close(&base);
     st_close(&ad);
     return rc;
@@ -260,7 +296,8 @@ out:
  * transposed copies in PEFT's layout: A^T (r, in) and B^T (out, r). */
 typedef struct { int layer, proj; int64_t in, out; float *a_t, *b_t; const float *m; } LoraPair;
 
-static int collect_pairs(const StFile *ad, const AdapterConfig *ac, LoraPair **out, size_t *n_out, unsigned *proj_mask) {
+static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const ModelConfig *mc, LoraPair **out,
+                         size_t *n_out, unsigned *proj_mask) {
     *out = NULL; *n_out = 0; *proj_mask = 0;
     if (ac->type == TUNE_FULL) return error_set("%s: a full fine-tune has no LoRA adapter to export; use lmtune fuse", ad->path);
     LoraPair *pairs = mem_calloc(ad->n_tensors + 1, sizeof *pairs);
@@ -270,11 +307,11 @@ static int collect_pairs(const StFile *ad, const AdapterConfig *ac, LoraPair **o
         bool any_layer = false;
         for (int p = 0; p < PROJ_COUNT; p++) {
             char key[256];
-            snprintf(key, sizeof key, "model.layers.%d.%s.lora_a", layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", mc->adapter_prefix, layer, PROJ_KEYS[p]);
             const StTensor *a = st_find(ad, key);
-            snprintf(key, sizeof key, "model.layers.%d.%s.lora_b", layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", mc->adapter_prefix, layer, PROJ_KEYS[p]);
             const StTensor *b = st_find(ad, key);
-            snprintf(key, sizeof key, "model.layers.%d.%s.m", layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.m", mc->adapter_prefix, layer, PROJ_KEYS[p]);
             const StTensor *m = st_find(ad, key);
             if (!a && !b) continue;
             any_layer = true;
@@ -309,8 +346,20 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     LoraPair *pairs = NULL; size_t n = 0; unsigned mask;
     StWriteTensor *wt = NULL; char (*names)[160] = NULL;
     int rc = -1;
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
-    if (collect_pairs(&ad, &ac, &pairs, &n, &mask) < 0) goto out;
+    ModelConfig *mc = mem_alloc(sizeof *mc);
+    StModel base = {0};
+    if (!mc) return -1;
+    if (st_model_open(&base, model_dir, true) < 0 || load_model_config(mc, model_dir, &base) < 0) {
+        st_model_close(&base);
+        mem_free(mc);
+        return -1;
+    }
+    st_model_close(&base);
+    if (open_adapter(adapter_dir, &ac, &ad) < 0) {
+        mem_free(mc);
+        return -1;
+    }
+    if (collect_pairs(&ad, &ac, mc, &pairs, &n, &mask) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     wt = mem_calloc(3 * n + 1, sizeof *wt);
     names = mem_calloc(3 * n + 1, sizeof *names);
@@ -318,12 +367,15 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const LoraPair *p = &pairs[i];
-        snprintf(names[k], sizeof names[k], "base_model.model.model.layers.%d.%s.lora_A.weight", p->layer, PROJ_KEYS[p->proj]);
+        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_A.weight", mc->prefix, p->layer,
+                 PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {ac.rank, p->in}, p->a_t}; k++;
-        snprintf(names[k], sizeof names[k], "base_model.model.model.layers.%d.%s.lora_B.weight", p->layer, PROJ_KEYS[p->proj]);
+        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_B.weight", mc->prefix, p->layer,
+                 PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {p->out, ac.rank}, p->b_t}; k++;
         if (p->m) {
-            snprintf(names[k], sizeof names[k], "base_model.model.model.layers.%d.%s.lora_magnitude_vector", p->layer, PROJ_KEYS[p->proj]);
+            snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_magnitude_vector", mc->prefix,
+                     p->layer, PROJ_KEYS[p->proj]);
             wt[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {p->out}, p->m}; k++;
         }
     }
@@ -360,24 +412,37 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     rc = 0;
 out:
     mem_free(wt); mem_free(names);
+    mem_free(mc);
     free_pairs(pairs, n);
     st_close(&ad);
     return rc;
 }
 
+/* llama.cpp's architecture name of a family. */
+static const char *gguf_arch(const char *model_type) {
+    static const char *const map[][2] = {
+        {"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"},
+        {"gemma3", "gemma3"}, {"phi3", "phi3"}, {"smollm3", "smollm3"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(model_type, map[i][0])) return map[i][1];
+    return "llama";
+}
+
 int export_gguf(const char *model_dir, const char *adapter_dir, const char *out_path) {
     AdapterConfig ac;
-    ModelConfig mc;
     StFile ad = {0};
     LoraPair *pairs = NULL; size_t n = 0; unsigned mask;
     GgufTensor *ts = NULL; char (*names)[96] = NULL;
     int rc = -1;
-    char *cfg_path = path_join(model_dir, "config.json");
-    if (!cfg_path || hf_config_load(&mc, cfg_path) < 0) { mem_free(cfg_path); return -1; }
-    mem_free(cfg_path);
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
+    ModelConfig *mc = mem_alloc(sizeof *mc);
+    if (!mc) return -1;
+    if (load_model_config(mc, model_dir, NULL) < 0 || open_adapter(adapter_dir, &ac, &ad) < 0) {
+        mem_free(mc);
+        return -1;
+    }
     if (ac.type == TUNE_DORA) { error_set("%s: GGUF LoRA adapters cannot carry DoRA magnitudes; use lmtune fuse instead", adapter_dir); goto out; }
-    if (collect_pairs(&ad, &ac, &pairs, &n, &mask) < 0) goto out;
+    if (collect_pairs(&ad, &ac, mc, &pairs, &n, &mask) < 0) goto out;
     ts = mem_calloc(2 * n + 1, sizeof *ts);
     names = mem_calloc(2 * n + 1, sizeof *names);
     if (!ts || !names) goto out;
@@ -389,7 +454,7 @@ int export_gguf(const char *model_dir, const char *adapter_dir, const char *out_
         ts[2 * i] = (GgufTensor){names[2 * i], 2, {(uint64_t)p->in, (uint64_t)ac.rank}, p->a_t};
         ts[2 * i + 1] = (GgufTensor){names[2 * i + 1], 2, {(uint64_t)ac.rank, (uint64_t)p->out}, p->b_t};
     }
-    const char *arch = !strcmp(mc.model_type, "qwen2") ? "qwen2" : !strcmp(mc.model_type, "qwen3") ? "qwen3" : "llama";
+    const char *arch = gguf_arch(mc->model_type);
     GgufKV kvs[] = {
         {.key = "general.architecture", .type = GGUF_TYPE_STRING, .str = arch},
         {.key = "general.type", .type = GGUF_TYPE_STRING, .str = "adapter"},
@@ -400,6 +465,7 @@ int export_gguf(const char *model_dir, const char *adapter_dir, const char *out_
     rc = gguf_write(out_path, kvs, sizeof kvs / sizeof kvs[0], ts, 2 * n);
 out:
     mem_free(ts); mem_free(names);
+    mem_free(mc);
     free_pairs(pairs, n);
     st_close(&ad);
     return rc;

@@ -2,11 +2,49 @@
  * initialised model directory (config.json + model.safetensors with the
  * Hugging Face tensor names) that every other command can load. */
 #include "model/model_internal.h"
+#include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Phi-4-mini-instruct's longrope factors (config.json rope_scaling): 48 =
+ * 96 rotary dims / 2; the short ones are all 1. */
+static const float PHI4_MINI_LONG[48] = {
+    1.0f, 1.118320672f, 1.250641126f, 1.398617824f, 1.564103225f, 1.74916897f, 1.956131817f, 2.187582649f,
+    2.446418898f, 2.735880826f, 3.059592084f, 3.421605075f, 3.826451687f, 4.279200023f, 4.785517845f,
+    5.351743533f, 5.984965424f, 6.693110555f, 7.485043894f, 8.370679318f, 9.36110372f, 10.4687158f,
+    11.70738129f, 13.09260651f, 14.64173252f, 16.37415215f, 18.31155283f, 20.47818807f, 22.90118105f,
+    25.61086418f, 28.64115884f, 32.03f, 32.1f, 32.13f, 32.23f, 32.6f, 32.61f, 32.64f, 32.66f, 32.7f, 32.71f,
+    32.93f, 32.97f, 33.28f, 33.49f, 33.5f, 44.16f, 47.77f,
+};
+
+/* The block shape of the gemma3_text family with its published 1B-class
+ * defaults (transformers Gemma3TextConfig, the hub configs): sliding layers
+ * in a pattern of 6, window 512, two RoPE bases. */
+static void gemma3_shape(ModelConfig *c) {
+    snprintf(c->model_type, sizeof c->model_type, "gemma3_text");
+    c->head_dim = 256;
+    c->qk_norm = true;
+    c->norm_plus_one = true;
+    c->sandwich_norms = true;
+    c->embed_scale = true;
+    c->hidden_act = GLU_GELU_TANH;
+    c->query_pre_attn_scalar = 256.0;
+    c->rope_theta = 1e6;
+    c->rope_local_theta = 10000.0;
+    c->rms_norm_eps = 1e-6f;
+    c->max_position_embeddings = 32768;
+    c->sliding_window = 512;
+    for (int i = 0; i < c->num_hidden_layers; i++)
+        if ((i + 1) % 6 != 0) c->layer_flags[i] = LAYER_SLIDING;
+    c->bos_token_id = 2;
+    c->eos_token_ids[0] = 1;
+    c->eos_token_ids[1] = 106;
+    c->n_eos = 2;
+}
 
 int model_preset(const char *name, ModelConfig *c) {
     memset(c, 0, sizeof *c);
@@ -17,6 +55,10 @@ int model_preset(const char *name, ModelConfig *c) {
     c->rms_norm_eps = 1e-5f;
     c->rope_theta = 10000.0;
     c->rope_scaling.type = ROPE_SCALING_NONE;
+    c->hidden_act = GLU_SILU;
+    snprintf(c->prefix, sizeof c->prefix, "model.");
+    snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "model.");
+    snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");
 #define SET(type, hs, is, nl, nh, kv, hd, vs) do { snprintf(c->model_type, sizeof c->model_type, "%s", type); \
     c->hidden_size = hs; c->intermediate_size = is; c->num_hidden_layers = nl; c->num_attention_heads = nh; \
     c->num_key_value_heads = kv; c->head_dim = hd ? hd : hs / nh; c->vocab_size = vs; } while (0)
@@ -32,15 +74,59 @@ int model_preset(const char *name, ModelConfig *c) {
     } else if (!strcmp(name, "llama-3.2-1b")) {
         SET("llama", 2048, 8192, 16, 32, 8, 64, 128256);
         c->rope_theta = 500000.0; c->max_position_embeddings = 131072;
-        c->rope_scaling = (RopeScaling){ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192};
+        c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 32.0, .low_freq_factor = 1.0,
+                                        .high_freq_factor = 4.0, .original_max_position = 8192};
+    } else if (!strcmp(name, "gemma-3-270m")) {
+        /* google/gemma-3-270m: 18 layers (global: 5, 11, 17), 640 wide, 4 heads of 256, one kv head */
+        SET("gemma3_text", 640, 2048, 18, 4, 1, 256, 262144);
+        gemma3_shape(c);
+    } else if (!strcmp(name, "gemma-3-1b")) {
+        /* google/gemma-3-1b-pt: 26 layers, 1152 wide, 4 heads of 256, one kv head */
+        SET("gemma3_text", 1152, 6912, 26, 4, 1, 256, 262144);
+        gemma3_shape(c);
+    } else if (!strcmp(name, "phi-4-mini")) {
+        /* microsoft/Phi-4-mini-instruct: fused projections, 96 of 128 head dims rotate, longrope */
+        SET("phi3", 3072, 8192, 32, 24, 8, 0, 200064);
+        c->fused_qkv = true;
+        c->fused_gate_up = true;
+        c->rotary_dim = 96;
+        c->max_position_embeddings = 131072;
+        c->original_max_position = 4096;
+        c->sliding_window = 262144;
+        for (int i = 0; i < c->num_hidden_layers; i++) c->layer_flags[i] = LAYER_SLIDING;
+        RopeScaling *r = &c->rope_scaling;
+        r->type = ROPE_SCALING_LONGROPE;
+        r->n_factors = 48;
+        r->original_max_position = 4096;
+        r->factor = 131072.0 / 4096.0;
+        r->attention_factor = sqrt(1.0 + log(r->factor) / log(4096.0));
+        for (int i = 0; i < 48; i++) {
+            r->short_factor[i] = 1.0f;
+            r->long_factor[i] = PHI4_MINI_LONG[i];
+        }
+        c->bos_token_id = 199999;
+        c->eos_token_ids[0] = 200020;
+        c->n_eos = 1;
+    } else if (!strcmp(name, "smollm3-3b")) {
+        /* HuggingFaceTB/SmolLM3-3B: llama blocks, every 4th layer without RoPE */
+        SET("smollm3", 2048, 11008, 36, 16, 4, 0, 128256);
+        c->rope_theta = 5e6;
+        c->rms_norm_eps = 1e-6f;
+        c->max_position_embeddings = 65536;
+        for (int i = 0; i < c->num_hidden_layers; i++)
+            if ((i + 1) % 4 == 0) c->layer_flags[i] = LAYER_NOPE;
+        c->eos_token_ids[0] = 128012;
+        c->n_eos = 1;
     } else if (!strcmp(name, "tiny")) {
         SET("llama", 64, 128, 2, 4, 2, 0, 256);
         c->torch_dtype = DTYPE_F32;
         c->max_position_embeddings = 2048;
     } else {
-        return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, tiny)", name);
+        return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, "
+                         "gemma-3-270m, gemma-3-1b, phi-4-mini, smollm3-3b, tiny)", name);
     }
 #undef SET
+    c->rotary_dim = c->rotary_dim ? c->rotary_dim : c->head_dim;
     return 0;
 }
 
@@ -100,31 +186,19 @@ int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, 
     Rng rng;
     rng_seed(&rng, seed);
     WriteList w = {0};
-    char nm[160];
-    rc = add_tensor(&w, "model.embed_tokens.weight", 2, d.V, d.C, dtype, &rng, 0, true);
-    for (int l = 0; rc == 0 && l < d.L; l++) {
-        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        rc = add_tensor(&w, nm, 1, d.C, 0, dtype, &rng, 1.0f, false);
-        for (int p = 0; rc == 0 && p < PROJ_COUNT; p++) {
-            int in, out; proj_shape(&d, p, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
-            rc = add_tensor(&w, nm, 2, out, in, dtype, &rng, 0, true);
-            if (rc == 0 && d.bias && p <= PROJ_V) {
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
-                rc = add_tensor(&w, nm, 1, out, 0, dtype, &rng, 0.0f, false);
-            }
-        }
-        if (rc == 0 && d.qk_norm) {
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-            rc = add_tensor(&w, nm, 1, d.D, 0, dtype, &rng, 1.0f, false);
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-            if (rc == 0) rc = add_tensor(&w, nm, 1, d.D, 0, dtype, &rng, 1.0f, false);
-        }
-        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        if (rc == 0) rc = add_tensor(&w, nm, 1, d.C, 0, dtype, &rng, 1.0f, false);
+    /* every tensor the config implies: matrices N(0, 0.02^2), biases 0,
+     * norms 1 (gemma's zero-centred norms: 0, i.e. a gain of 1) */
+    ModelTensorSpec *specs;
+    size_t n;
+    rc = model_tensor_specs(&c, &specs, &n);
+    float norm_fill = c.norm_plus_one ? 0.0f : 1.0f;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const ModelTensorSpec *t = &specs[i];
+        bool bias = strstr(t->name, ".bias") != NULL;
+        rc = add_tensor(&w, t->name, t->ndim, t->shape[0], t->shape[1], dtype, &rng, bias ? 0.0f : norm_fill,
+                        t->ndim == 2);
     }
-    if (rc == 0) rc = add_tensor(&w, "model.norm.weight", 1, d.C, 0, dtype, &rng, 1.0f, false);
-    if (rc == 0 && !cfg->tie_word_embeddings) rc = add_tensor(&w, "lm_head.weight", 2, d.V, d.C, dtype, &rng, 0, true);
+    mem_free(specs);
     if (rc == 0) {
         char *sp = path_join(out_dir, "model.safetensors");
         if (!sp) rc = -1;

@@ -1,5 +1,5 @@
-/* model.h: the decoder (llama / mistral / qwen2 / qwen3) as lmtune trains and
- * runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
+/* model.h: the decoder (llama / mistral / qwen2 / qwen3 / gemma2 / gemma3 /
+ * phi3 / smollm3) as lmtune trains and runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
  * the last N blocks, forward and backward of one micro-batch, gradient
  * checkpointing, and incremental decoding with a KV cache.
  *
@@ -17,14 +17,10 @@
 #include <stdint.h>
 #include "base/rng.h"
 #include "formats/hf_config.h"
+#include "formats/model_tensors.h"   /* PROJ_*: the projections a block can have */
 #include "memory/plan.h"
 
 typedef enum { TUNE_LORA = 0, TUNE_DORA, TUNE_FULL, TUNE_NONE } TuneType;
-
-/* The seven linear projections of a block, in MLX-LM key order. */
-enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, PROJ_COUNT };
-extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "mlp.down_proj" */
-#define PROJ_ALL ((1u << PROJ_COUNT) - 1)
 
 typedef struct {
     TuneType type;          /* TUNE_NONE: inference only (eval without adapter, generate) */
@@ -32,7 +28,8 @@ typedef struct {
     int lora_rank;          /* r */
     float lora_scale;       /* MLX-LM's scale (PEFT alpha / r) */
     float lora_dropout;
-    unsigned lora_keys;     /* bitmask of 1u << PROJ_* */
+    unsigned lora_keys;     /* bitmask of 1u << PROJ_*; the projections a block does not
+                               have are ignored (MLX-LM matches keys by name) */
     bool grad_checkpoint;
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
@@ -46,7 +43,8 @@ typedef struct {
 
 /* One trainable tensor, fp32. Names are MLX-LM adapter keys
  * ("model.layers.27.self_attn.q_proj.lora_a" [in, r], "...lora_b" [r, out],
- * DoRA "...m" [out]) or HF weight names for full fine-tuning. */
+ * DoRA "...m" [out]; multimodal gemma3: "language_model.model.layers...")
+ * or HF weight names for full fine-tuning. */
 typedef struct {
     char name[96];
     float *value;
@@ -113,8 +111,9 @@ int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file
  * or F16. */
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
 /* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
- * "qwen3-0.6b", "llama-3.2-1b", "tiny". The caller may then override
- * vocab_size. -1 + error for an unknown name. */
+ * "qwen3-0.6b", "llama-3.2-1b", "gemma-3-270m", "gemma-3-1b", "phi-4-mini",
+ * "smollm3-3b", "tiny". The caller may then override vocab_size. -1 +
+ * error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
 /* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
  * of the loss only match the gradients with the norms held fixed. While

@@ -1,8 +1,9 @@
 /* model_load.c: opening a model directory for a spec: config.json, every
  * tensor checked against the config (name, shape, dtype), the arena carved
  * through the layout walk, frozen weights pointed into the mapped file or
- * converted into the arena, norms and biases converted to fp32, RoPE tables,
- * DoRA base row norms. Also the trainable-tensor list, its initialisation
+ * converted into the arena, norms and biases converted to fp32, RoPE tables
+ * (each set the layers use), each layer's attention parameters, gemma's
+ * embedding scale, DoRA base row norms. Also the trainable-tensor list, its initialisation
  * (MLX-LM's LoRA init, DoRA magnitudes, full fine-tuning masters) and the
  * small accessors. */
 #include "model/model_internal.h"
@@ -32,6 +33,9 @@ void model_free(Model *m) {
     if (!m) return;
     if (m->st_open) st_model_close(&m->st);
     mem_free(m->blocks);
+    mem_free(m->attn);
+    mem_free(m->kv_off);
+    mem_free(m->kv_len);
     mem_free(m->trainables);
     mem_free(m->acts);
     mem_free(m->ckpt);
@@ -90,40 +94,69 @@ static int load_matrix(Model *m, const char *name, int64_t rows, int64_t cols, c
 
 static int load_weights(Model *m, bool check_only) {
     const Dims *d = &m->d;
+    const ModelConfig *c = &m->cfg;
     bool none = check_only;
     char nm[160];
-    TRY(load_matrix(m, "model.embed_tokens.weight", d->V, d->C, none ? NULL : &m->embed, &m->embed_t, d->convert));
-    if (m->cfg.tie_word_embeddings) {
-        m->lm_head = m->embed; m->lm_head_t = m->embed_t;
+    snprintf(nm, sizeof nm, "%sembed_tokens.weight", c->prefix);
+    TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->embed, &m->embed_t, d->convert));
+    if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        m->lm_head_t = m->embed_t;
     } else {
-        TRY(load_matrix(m, "lm_head.weight", d->V, d->C, none ? NULL : &m->lm_head, &m->lm_head_t, d->convert));
+        TRY(load_matrix(m, c->head_name, d->V, d->C, none ? NULL : &m->lm_head, &m->lm_head_t, d->convert));
     }
-    TRY(load_small(m, "model.norm.weight", d->C, none ? NULL : m->final_norm));
+    snprintf(nm, sizeof nm, "%snorm.weight", c->prefix);
+    TRY(load_small(m, nm, d->C, none ? NULL : m->final_norm));
+    BlockTensor bt[BLOCK_TENSORS_MAX];
+    int nbt = block_tensors(c, bt);
     for (int l = 0; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
         bool full = none || (m->spec.type == TUNE_FULL && l >= d->lo);
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            int in, out; proj_shape(d, p, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
-            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p], &bp->wt[p], d->convert));
-            if (d->bias && p <= PROJ_V) {
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
-                TRY(load_small(m, nm, out, full ? NULL : bp->bias[p]));
+        for (int j = 0; j < nbt; j++) {
+            layer_name(nm, sizeof nm, c->prefix, l, bt[j].suffix);
+            if (bt[j].role == BT_PROJ_WEIGHT) {
+                int p = bt[j].proj;
+                const void **w = full ? NULL : &bp->w[p];
+                TRY(load_matrix(m, nm, bt[j].shape[0], bt[j].shape[1], w, &bp->wt[p], d->convert));
+                continue;
             }
-        }
-        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1));
-        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2));
-        if (d->qk_norm) {
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-            TRY(load_small(m, nm, d->D, full ? NULL : bp->qn));
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-            TRY(load_small(m, nm, d->D, full ? NULL : bp->kn));
+            float **g, **v = block_slot(bp, &bt[j], &g);
+            TRY(load_small(m, nm, bt[j].shape[0], full ? NULL : *v));
         }
     }
     return 0;
+}
+
+/* The score scale, window and soft-cap of each layer. */
+static void attention_params(Model *m) {
+    const ModelConfig *c = &m->cfg;
+    for (int l = 0; l < m->d.L; l++) {
+        m->attn[l].scale = hf_attention_scale(c);
+        m->attn[l].window = c->layer_flags[l] & LAYER_SLIDING ? c->sliding_window : 0;
+        m->attn[l].softcap = (float)c->attn_softcap;
+    }
+}
+
+/* RoPE tables: one set, or gemma3's global and local bases, or longrope's
+ * short and long factors. Gemma's embedding scale, rounded to the dtype the
+ * table is used in (as transformers' embed_scale.to(weight.dtype)). */
+static void fixed_tables(Model *m) {
+    const Dims *d = &m->d;
+    const ModelConfig *c = &m->cfg;
+    if (d->rope_T > 0) {
+        rope_tables(m->rope_cos[0], m->rope_sin[0], d->rope_T, d->rd, c->rope_theta, &c->rope_scaling, false);
+        if (c->rope_scaling.type == ROPE_SCALING_LONGROPE)
+            rope_tables(m->rope_cos[1], m->rope_sin[1], d->rope_T, d->rd, c->rope_theta, &c->rope_scaling, true);
+        else if (d->n_rope > 1)
+            rope_tables(m->rope_cos[1], m->rope_sin[1], d->rope_T, d->rd, c->rope_local_theta, NULL, false);
+    }
+    m->embed_scale = 0.0f;
+    if (c->embed_scale) {
+        float s = sqrtf((float)c->hidden_size);
+        if (m->embed_t == DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
+        m->embed_scale = s;
+    }
 }
 
 /* ||W row||^2 of each DoRA-adapted base matrix, in the dtype it is used in. */
@@ -132,8 +165,7 @@ static void dora_base_norms(Model *m) {
     const Dims *d = &m->d;
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(bp->adapted >> p & 1u)) continue;
+        FOR_EACH_PROJ(p, bp->adapted) {
             int in, out; proj_shape(d, p, &in, &out);
             const void *w = bp->w[p];
             DType wt = bp->wt[p];
@@ -165,19 +197,26 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (rc < 0) goto fail;
     if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
     m->st_open = true;
-    const StTensor *e = st_model_find(&m->st, "model.embed_tokens.weight");
-    if (!e) { error_set("%s: tensor model.embed_tokens.weight is missing", model_dir); goto fail; }
+    model_tensors_detect_prefix(&m->cfg, &m->st);
+    char en[160];
+    snprintf(en, sizeof en, "%sembed_tokens.weight", m->cfg.prefix);
+    const StTensor *e = st_model_find(&m->st, en);
+    if (!e) { error_set("%s: tensor %s is missing", model_dir, en); goto fail; }
     if (dims_init(&m->d, &m->cfg, spec, e->dtype) < 0) goto fail;
-    m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
-    if (!m->blocks) goto fail;
+    size_t L = (size_t)m->d.L;
+    m->blocks = mem_calloc(L, sizeof *m->blocks);
+    m->attn = mem_calloc(L, sizeof *m->attn);
+    m->kv_off = mem_calloc(L, sizeof *m->kv_off);
+    m->kv_len = mem_calloc(L, sizeof *m->kv_len);
+    if (!m->blocks || !m->attn || !m->kv_off || !m->kv_len) goto fail;
+    attention_params(m);
     /* every tensor checked before a byte of the arena is used */
     if (model_check_tensors(&m->cfg, &m->st) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;
     if (load_weights(m, false) < 0) goto fail;
-    if (m->d.rope_T > 0)
-        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.D, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    fixed_tables(m);
     if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
     dora_base_norms(m);
     if (m->d.convert) {
@@ -216,8 +255,7 @@ int model_init_trainables(Model *m, Rng *rng) {
     }
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(bp->adapted >> p & 1u)) continue;
+        FOR_EACH_PROJ(p, bp->adapted) {
             int in, out; proj_shape(d, p, &in, &out);
             float bound = 1.0f / sqrtf((float)in);
             for (size_t k = 0; k < (size_t)in * d->r; k++) bp->la[p][k] = rng_uniform_range(rng, -bound, bound);

@@ -126,7 +126,8 @@ static void test_errors(void) {
     ModelConfig c;
     /* model_type */
     CHECK(parse_with(&c, LLAMA, "model_type", "\"gpt2\"") == -1);
-    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3)");
+    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, "
+                         "gemma2, gemma3_text, gemma3, phi3, smollm3)");
     CHECK(parse_with(&c, LLAMA, "model_type", "\"Llama\"") == -1);
     CHECK_ERROR_CONTAINS("model_type \"Llama\" is not supported");
     CHECK(parse_with(&c, LLAMA, "model_type", NULL) == -1);
@@ -201,7 +202,8 @@ static void test_errors(void) {
     CHECK_ERROR_CONTAINS("field \"num_hidden_layers\" is 1000000, outside");
     /* rope_scaling */
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":4.0}") == -1);
-    CHECK_ERROR_CONTAINS("config.json: rope_scaling type \"yarn\" is not supported (supported: llama3, linear)");
+    CHECK_ERROR_CONTAINS("config.json: rope_scaling type \"yarn\" is not supported "
+                         "(supported: llama3, linear, longrope)");
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"type\":\"dynamic\",\"factor\":4.0}") == -1);
     CHECK_ERROR_CONTAINS("rope_scaling type \"dynamic\" is not supported");
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0}") == -1);
