@@ -103,9 +103,9 @@ demo: lmtune
 # libFuzzer targets: tests/fuzz/fuzz_*.c, each with tests/fuzz/corpus/NAME/.
 FUZZ_BIN := $(patsubst %.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 ifeq ($(FUZZ),1)
-$(BUILD)/tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB) $(BUILD)/src/cli/args.o
+$(BUILD)/tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB) $(BUILD)/src/cli/args.o $(BUILD)/src/cli/train_args.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests -o $@ $< $(BUILD)/src/cli/args.o $(LIB) $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests -o $@ $< $(BUILD)/src/cli/args.o $(BUILD)/src/cli/train_args.o $(LIB) $(LDFLAGS) $(LDLIBS)
 fuzz-build: $(FUZZ_BIN)
 else
 fuzz-build:

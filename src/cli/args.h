@@ -8,18 +8,14 @@
  * checked against the spec's range; a repeatable flag collects its values
  * in an ArgStringList. Every unknown flag or bad value is one error naming
  * the flag and the value.
- *
- * TrainArgs holds the flags of `lmtune train` (and `lmtune plan`): every
- * flag of mlx_lm.lora with its default, plus ours. */
+ * The flag tables live with their commands (cli/train_args.h for train
+ * and plan). */
 #ifndef LT_ARGS_H
 #define LT_ARGS_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "train/optimizer.h"
-#include "model/model.h"
-#include "train/schedule.h"
 
 typedef enum {
     ARG_STRING,     /* const char * */
@@ -101,72 +97,5 @@ const char *args_yaml_scalar(struct yaml_node_s *n);   /* NULL when not a scalar
 int args_parse_double(const char *where, const char *text, double *out);
 int args_parse_int(const char *where, const char *text, int *out);
 int args_parse_bool(const char *where, const char *text, bool *out);
-
-/* ---- lmtune train / plan ---- */
-
-#define LORA_MAX_KEYS 16
-typedef struct {
-    int rank;                   /* 8 */
-    double scale;               /* 20.0 */
-    double dropout;             /* 0.0 */
-    char keys[LORA_MAX_KEYS][64];
-    int n_keys;                 /* 0: MLX-LM's default (every linear of a block) */
-} LoraParams;
-
-typedef struct {
-    /* MLX-LM's flags */
-    const char *model;
-    bool train;
-    const char *data;
-    const char *fine_tune_type; /* lora | dora | full */
-    const char *optimizer;      /* adam | adamw | sgd | adafactor */
-    bool mask_prompt;
-    int num_layers;
-    int batch_size;             /* 0: auto */
-    int iters;
-    int val_batches;
-    double learning_rate;
-    int steps_per_report;
-    int steps_per_eval;
-    const char *resume_adapter_file;
-    const char *adapter_path;
-    int save_every;
-    bool test;
-    int test_batches;
-    int max_seq_length;
-    bool grad_checkpoint;
-    int grad_accumulation_steps;
-    uint64_t seed;
-    /* config-file sections */
-    LoraParams lora;
-    ScheduleConfig lr_schedule;
-    OptimizerConfig optimizer_config;
-    /* ours */
-    double epochs;              /* 0: use iters */
-    double max_grad_norm;       /* 0: no clipping */
-    int threads;                /* 0: OpenMP's default */
-    const char *metrics_file;
-    const char *loss_normalization; /* mean | tokens */
-    size_t memory_limit;        /* 0: none */
-    const char *weights_dtype;  /* auto | f32 | bf16 */
-    bool resume;
-    const char *chat_template;
-    bool skip_bad_lines;
-    int effective_batch_size;   /* 0: batch_size x accumulation (for --batch-size auto) */
-    const char *config;         /* -c FILE.yaml */
-    ArgResult parsed;
-} TrainArgs;
-
-void train_args_default(TrainArgs *a);
-extern const ArgTable TRAIN_ARGS_TABLE;
-/* Defaults, then YAML, then the command line; also checks the combinations
- * (e.g. --iters with --epochs) and resolves optimizer_config's kind. */
-int train_args_parse(TrainArgs *a, int argc, char **argv);
-bool train_args_was_set(const TrainArgs *a, const char *name);
-/* The model spec of a training run (shared by train and plan): tune type,
- * trainable blocks (MLX-LM's "Requested to train N layers but the model only
- * has L layers." when too many), LoRA rank/scale/dropout, adapted
- * projections from lora_parameters.keys, checkpointing, the widest
- * micro-batch (rows per worker, max_width - 1 positions), frozen dtype. */
-int train_args_model_spec(const TrainArgs *a, const ModelConfig *cfg, int rows, int max_width, ModelSpec *spec);
+bool args_yaml_is_null(struct yaml_node_s *n);   /* a missing value, `~` or `null` */
 #endif

@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "model/adapter_io.h"
 #include "model/sampler.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {

@@ -17,9 +17,10 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "base/sys.h"
-#include "cli/args.h"
+#include "cli/train_args.h"
 #include "cli/commands.h"
-#include "cli/run_plan.h"
+#include "cli/run_data.h"
+#include "memory/run_plan.h"
 #include "data/batching.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
@@ -147,7 +148,7 @@ static int write_adapter_config(const TrainArgs *a, const char *dir) {
 
 typedef struct {
     TrainArgs a;
-    RunData d;              /* config, tokenizer, data splits (cli/run_plan.h) */
+    RunData d;              /* config, tokenizer, data splits (cli/run_data.h) */
     bool have_data;
     DataSource src;
     bool have_src;
@@ -176,12 +177,17 @@ static int run_train(Run *r, int *exit_code) {
     r->have_data = true;
     TRY(run_data_load(&r->d, a, world));
     const ModelConfig *cfg = &r->d.cfg;
+    RunShape shape;
+    TRY(train_args_run_shape(a, cfg, &shape));
     if (a->batch_size == 0) {
         /* Every worker chooses the same; only rank 0 says so. */
         FILE *out = rank == 0 ? stdout : fopen("/dev/null", "w");
-        int rc = out ? run_choose_batch(a, &r->d.in, out) : error_set("cannot open /dev/null");
+        int rc = out ? run_choose_batch(&shape, &r->d.in, out) : error_set("cannot open /dev/null");
         if (out && out != stdout) fclose(out);
         TRY(rc);
+        a->batch_size = shape.batch_size;
+        a->grad_accumulation_steps = shape.grad_accumulation_steps;
+        a->grad_checkpoint = shape.grad_checkpoint;
     }
 
     /* The plan of every buffer (model walk, optimizer moments, data, library,
@@ -190,8 +196,8 @@ static int run_train(Run *r, int *exit_code) {
      * by the same walks. */
     MemPlan plan;
     ModelSpec spec;
-    if (run_plan_build(a, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
-    if (run_check_limit(a, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
+    if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
+    if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
     plan_free(&plan);
     TRY(arena_init(&r->arena, arena_bytes));

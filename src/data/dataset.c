@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "data/jsonl.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 #define UNSUPPORTED_FORMAT "Unsupported data format, check the supported formats here:\n" \
     "https://github.com/ml-explore/mlx-lm/blob/main/mlx_lm/LORA.md#Data."

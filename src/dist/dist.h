@@ -1,11 +1,12 @@
-/* dist.h: data parallelism across worker processes. Without LT_USE_MPI (the
- * default build) there is one worker and every call is the identity; with
- * MPI (make MPI=1, later) the same calls become all-reduces in a fixed
- * reduction order. Only rank 0 prints and saves. */
+/* dist.h: data parallelism across worker processes. Built with Open MPI
+ * (LT_USE_MPI: `make` when Open MPI is installed) and launched by mpirun,
+ * the calls are all-reduces over MPI_COMM_WORLD; in a single process (no
+ * mpirun, or `make MPI=0`) there is one worker and every call is the
+ * identity. Only rank 0 prints and saves. */
 #ifndef LT_DIST_H
 #define LT_DIST_H
 #include <stddef.h>
-#include "model/model.h"   /* TrainableTensor */
+#include "base/trainable.h"
 
 int dist_init(int *argc, char ***argv);
 void dist_finalize(void);

@@ -239,12 +239,12 @@ static int parse_activation(ModelConfig *c, const json_t *o, const char *name, i
             key = "hidden_activation";
             act = field(o, key);
         }
-        c->hidden_act = GLU_GELU_TANH;
+        c->hidden_act = HIDDEN_ACT_GELU_TANH;
         if (act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0))
             return error_set("%s: field \"%s\" must be \"gelu_pytorch_tanh\" (the GeGLU MLP)", name, key);
         return 0;
     }
-    c->hidden_act = GLU_SILU;
+    c->hidden_act = HIDDEN_ACT_SILU;
     if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
         return error_set("%s: field \"%s\" must be \"silu\" (the SwiGLU MLP)", name, key);
     return 0;

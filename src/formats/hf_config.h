@@ -10,12 +10,14 @@
 #define LT_HF_CONFIG_H
 #include <stdbool.h>
 #include "base/dtype.h"
-#include "kernels/ops.h"   /* RopeScaling, GLU_* */
+#include "base/rope_scaling.h"
 
 #define HF_SUPPORTED_TYPES "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, phi3, smollm3"
 enum { HF_MAX_LAYERS = 10000 };
 /* layer_flags bits */
 enum { LAYER_SLIDING = 1, LAYER_NOPE = 2 };
+/* the gated MLP's activation */
+enum { HIDDEN_ACT_SILU = 0, HIDDEN_ACT_GELU_TANH = 1 };
 
 typedef struct {
     char model_type[32];
@@ -49,7 +51,7 @@ typedef struct {
                                  * MLP input norm is pre_feedforward_layernorm */
     bool fused_qkv;             /* phi3: one qkv_proj (q rows, then k, then v) */
     bool fused_gate_up;         /* phi3: one gate_up_proj (gate rows, then up) */
-    int hidden_act;             /* GLU_SILU (SwiGLU) or GLU_GELU_TANH (gemma's GeGLU) */
+    int hidden_act;             /* HIDDEN_ACT_SILU (SwiGLU) or HIDDEN_ACT_GELU_TANH (gemma's GeGLU) */
     bool embed_scale;           /* gemma: embeddings times sqrt(hidden_size) rounded to the weights' dtype */
     double query_pre_attn_scalar; /* > 0: attention scale is its -1/2 power (gemma); 0: head_dim^-1/2 */
     double attn_softcap;        /* gemma2: scores = cap tanh(scores / cap); 0 = none */

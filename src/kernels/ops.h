@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "base/dtype.h"
+#include "base/rope_scaling.h"
 
 /* --- embedding --- */
 void embedding_forward(float *out,         /* (N, C) */
@@ -36,21 +37,6 @@ void rmsnorm_backward(float *dinp,         /* (N, C) += */
 
 /* --- RoPE, HF convention (rotate_half: pairs are (i, i + rd/2)) on the
  *     first rd dims of each head (rd = D unless partial rotary) --- */
-enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1, ROPE_SCALING_LINEAR = 2, ROPE_SCALING_LONGROPE = 3 };
-enum { ROPE_MAX_PAIRS = 128 };    /* rd / 2 <= 128: the attention kernel's head dim limit */
-typedef struct {
-    int type;                     /* ROPE_SCALING_* */
-    double factor;                /* llama3 and linear */
-    double low_freq_factor;       /* llama3 */
-    double high_freq_factor;      /* llama3 */
-    int original_max_position;    /* llama3 and longrope: original_max_position_embeddings */
-    /* longrope (Phi-3 / Phi-4): inv_freq_i divided by short_factor[i] while the
-     * sequence is at most original_max_position long, by long_factor[i] beyond;
-     * cos and sin multiplied by attention_factor */
-    int n_factors;                /* rd / 2 */
-    double attention_factor;
-    float short_factor[ROPE_MAX_PAIRS], long_factor[ROPE_MAX_PAIRS];
-} RopeScaling;
 /* cos/sin tables for positions 0..T-1: (T, rd/2) each. long_factors picks
  * longrope's long set (ignored by the other types). */
 void rope_tables(float *cos_t, float *sin_t, int T, int rd, double theta, const RopeScaling *scaling,

@@ -31,7 +31,7 @@ static void gemma3_shape(ModelConfig *c) {
     c->norm_plus_one = true;
     c->sandwich_norms = true;
     c->embed_scale = true;
-    c->hidden_act = GLU_GELU_TANH;
+    c->hidden_act = HIDDEN_ACT_GELU_TANH;
     c->query_pre_attn_scalar = 256.0;
     c->rope_theta = 1e6;
     c->rope_local_theta = 10000.0;
@@ -55,7 +55,7 @@ int model_preset(const char *name, ModelConfig *c) {
     c->rms_norm_eps = 1e-5f;
     c->rope_theta = 10000.0;
     c->rope_scaling.type = ROPE_SCALING_NONE;
-    c->hidden_act = GLU_SILU;
+    c->hidden_act = HIDDEN_ACT_SILU;
     snprintf(c->prefix, sizeof c->prefix, "model.");
     snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "model.");
     snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "base/rng.h"
+#include "base/trainable.h"
 #include "formats/hf_config.h"
 #include "formats/model_tensors.h"   /* PROJ_*: the projections a block can have */
 #include "memory/plan.h"
@@ -41,18 +42,6 @@ typedef struct {
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
 } ModelSpec;
 
-/* One trainable tensor, fp32. Names are MLX-LM adapter keys
- * ("model.layers.27.self_attn.q_proj.lora_a" [in, r], "...lora_b" [r, out],
- * DoRA "...m" [out]; multimodal gemma3: "language_model.model.layers...")
- * or HF weight names for full fine-tuning. */
-typedef struct {
-    char name[96];
-    float *value;
-    float *grad;            /* accumulated by model_forward_backward (+=) */
-    size_t numel;
-    int ndim;
-    int64_t shape[2];
-} TrainableTensor;
 
 typedef struct Model Model;
 

@@ -13,6 +13,7 @@
 #define LT_MODEL_INTERNAL_H
 #include "model/model.h"
 #include "formats/safetensors.h"
+#include "kernels/ops.h"   /* AttnParams */
 #include <stdio.h>
 
 /* Dimensions of a run (maxima over the micro-batches the spec allows). */

@@ -52,7 +52,7 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     d->sandwich = cfg->sandwich_norms;
     d->fused_qkv = cfg->fused_qkv;
     d->gu_ld = cfg->fused_gate_up ? 2 * d->F : d->F;
-    d->act = cfg->hidden_act;
+    d->act = cfg->hidden_act == HIDDEN_ACT_GELU_TANH ? GLU_GELU_TANH : GLU_SILU;
     d->norm_off = cfg->norm_plus_one ? 1.0f : 0.0f;
     d->projs = hf_block_projections(cfg);
     d->n_rope = cfg->rope_local_theta > 0 || cfg->rope_scaling.type == ROPE_SCALING_LONGROPE ? 2 : 1;

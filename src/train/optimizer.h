@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "memory/plan.h"
-#include "model/model.h"   /* TrainableTensor */
+#include "base/trainable.h"
 
 typedef enum { OPT_ADAM, OPT_ADAMW, OPT_SGD, OPT_ADAFACTOR } OptimizerKind;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_command_flags.sh: the flags of `lmtune init`, `lmtune generate` and
-# `lmtune fuse`, which share train's table-driven parser: --help on stdout
+# test_command_flags.sh: the flags of `lmtune init`, `lmtune generate`,
+# `lmtune fuse` and `lmtune plan`, which share train's table-driven parser: --help on stdout
 # (exit 0) lists every flag, `--flag=value` does what `--flag value` does,
 # store-true flags take no value, repeatable --tokenizer-text collects its
 # files, and an unknown flag, a bad value or a missing required flag is one
@@ -116,6 +116,19 @@ ok 'refused "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/f_b
 "$BIN" fuse --model "$T/m" --adapter-path="$T/none" --save-path "$T/f_bad" >/dev/null 2>"$T/err"; rc=$?
 ok '[ $rc -eq 1 ] && grep -q "^lmtune: error: .*$T/none" "$T/err"' "fuse: --adapter-path=DIR reaches the loader"
 ok '[ ! -e "$T/f_bad" ]' "fuse: nothing written by a refused command line"
+
+# ---- plan: train's table plus --verbose and --workers, through the same parser ----
+ok 'help_of plan' "plan --help: exit 0, nothing on stderr"
+ok 'lists "^usage: lmtune plan" "--workers N" "--verbose" "--batch-size N|auto" "--memory-limit SIZE"' "plan --help lists its own flags and train's"
+"$BIN" plan --model "$T/m" --data demo/data --num-layers 2 --batch-size 4 --workers 2 >"$T/plan_space.log" 2>&1; rc_space=$?
+"$BIN" plan --model="$T/m" --data=demo/data --num-layers=2 --batch-size=4 --workers=2 >"$T/plan_eq.log" 2>&1; rc_eq=$?
+# the same plan (the measured process baseline, and so the total, may differ by some pages)
+ok '[ $rc_space -eq 0 ] && [ $rc_eq -eq 0 ] && diff <(grep -v -e baseline -e "Planned peak" -e "^With" "$T/plan_space.log") <(grep -v -e baseline -e "Planned peak" -e "^With" "$T/plan_eq.log") >/dev/null' "plan --workers=2 is --workers 2"
+ok 'grep -q "micro-batch 2 x " "$T/plan_eq.log"' "plan --workers 2 plans one worker's half of the batch"
+"$BIN" plan --model "$T/m" --data demo/data --num-layers 2 --batch-size 4 -v >"$T/plan_v.log" 2>&1
+ok 'grep -q "(outside the arena)" "$T/plan_v.log" && ! grep -q "(outside the arena)" "$T/plan_space.log"' "plan -v lists every buffer"
+ok 'refused "$BIN" plan --model "$T/m" --data demo/data --workers=-1 && grep -q "^lmtune: error: --workers: expected a non-negative integer, got \"-1\"$" "$T/err"' "plan: bad --workers"
+ok 'refused "$BIN" plan --model "$T/m" --data demo/data --verbose=maybe' "plan: bad store-true value"
 
 echo "summary cli/command_flags: $checks checks, $fail failed"
 [ $fail -eq 0 ]

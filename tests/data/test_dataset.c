@@ -12,7 +12,7 @@
 #include "data/dataset.h"
 #include "data/jsonl.h"
 #include "data/tiny_tokenizer.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *CHATML =

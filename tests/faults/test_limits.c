@@ -14,7 +14,7 @@
 #include "base/error.h"
 #include "base/sys.h"
 #include "formats/hf_config.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 static char dir[] = "/tmp/lmtune_limits_XXXXXX";

@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include "base/alloc.h"
 #include "base/error.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 static json_t *messages, *tools;
 

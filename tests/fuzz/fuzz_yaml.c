@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "base/error.h"
-#include "cli/args.h"
+#include "cli/train_args.h"
 
 static char yaml_path[64];
 

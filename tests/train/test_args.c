@@ -1,8 +1,9 @@
 /* test_args.c: the flag parser of `lmtune train`: MLX-LM's defaults, YAML
  * (-c) with MLX-LM's sections, precedence command line > YAML > defaults,
  * one clear error per bad value, --help. The CLI is not part of the library,
- * so the parser's source is compiled into this test. */
+ * so the parser's sources are compiled into this test. */
 #include "cli/args.c"
+#include "cli/train_args.c"
 #include <unistd.h>
 #include "check.h"
 #include "yaml_file.h"

@@ -1,4 +1,4 @@
-/* chat_template_eval.c: walks the chat-template syntax tree with a context
+/* eval.c: walks the chat-template syntax tree with a context
  * object and writes the output. Scopes follow @huggingface/jinja: a `for`
  * opens one scope for the whole loop (so `set` inside does not leak out and
  * namespace() is needed to carry state), `if` opens none, a macro call opens
@@ -6,7 +6,7 @@
  * are a value of their own: they print as "", are falsy, and any attribute
  * of them is undefined. Every render is bounded: evaluation depth (macro
  * recursion included), total loop iterations, output and string size. */
-#include "tokenizer/chat_template_runtime.h"
+#include "template/runtime.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <math.h>

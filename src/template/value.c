@@ -1,10 +1,10 @@
-/* chat_template_value.c: runtime values of chat templates (jansson values
+/* value.c: runtime values of chat templates (jansson values
  * plus undefined, namespaces, macros and builtins): truthiness, equality,
  * the string form that {{ }} prints, and JSON text the way
  * @huggingface/jinja's `tojson` writes it (Python json.dumps separators:
  * ", " and ": ", or "," and ": " with an indent; non-ASCII kept unless
  * ensure_ascii). Also the output buffer and error helper. */
-#include "tokenizer/chat_template_runtime.h"
+#include "template/runtime.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <math.h>

@@ -1,8 +1,8 @@
 // chat_reference.mjs: renders every (template x case) of
-// tests/tokenizer/chat_cases.json with @huggingface/jinja, the reference the
+// tests/template/chat_cases.json with @huggingface/jinja, the reference the
 // C chat-template renderer must match byte for byte. Writes
 // OUT (default build/chat_reference.json): [{template, case, ok, output|error}].
-// Usage: node tests/tokenizer/chat_reference.mjs [OUT]   (env CHAT_CASES: another cases file)
+// Usage: node tests/template/chat_reference.mjs [OUT]   (env CHAT_CASES: another cases file)
 import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { createRequire } from "node:module";
@@ -12,7 +12,7 @@ const require = createRequire(resolve(root, "tests/node/package.json"));
 const { Template } = await import(require.resolve("@huggingface/jinja"));
 
 const out = resolve(root, process.argv[2] ?? "build/chat_reference.json");
-const spec = JSON.parse(readFileSync(resolve(root, process.env.CHAT_CASES ?? "tests/tokenizer/chat_cases.json"), "utf8"));
+const spec = JSON.parse(readFileSync(resolve(root, process.env.CHAT_CASES ?? "tests/template/chat_cases.json"), "utf8"));
 
 function templateSource(t) {
   if (t.template_file) return readFileSync(resolve(root, t.template_file), "utf8").replace(/\n$/, "");

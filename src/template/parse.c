@@ -1,4 +1,4 @@
-/* chat_template_parse.c: source text -> syntax tree for chat templates.
+/* parse.c: source text -> syntax tree for chat templates.
  * Three stages, each mirroring @huggingface/jinja (the reference the tests
  * compare against) so whitespace comes out byte-identical:
  *   1. preprocess: drop one trailing newline, lstrip_blocks, trim_blocks,
@@ -7,7 +7,7 @@
  *   2. lex: text / {{ }} / {% %} / {# #} with `-` whitespace control;
  *   3. parse: recursive descent with Jinja's precedence, depth-bounded.
  * Unknown statements, filters and tests are compile errors with line:col. */
-#include "tokenizer/chat_template_ast.h"
+#include "template/ast.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <limits.h>

@@ -1,4 +1,4 @@
-/* chat_template_filters.c: what chat templates call by name: filters
+/* filters.c: what chat templates call by name: filters
  * (`x | trim`), tests (`x is defined`), methods of strings and dicts
  * (`s.strip()`, `d.items()`) and the global functions raise_exception,
  * range, namespace and strftime_now. Behaviour follows @huggingface/jinja
@@ -6,7 +6,7 @@
  * Python's arguments: strip/lstrip/rstrip honour a `chars` argument as
  * Python and transformers do. The name lists here are also what the parser
  * accepts, so an unknown filter or test is a compile error. */
-#include "tokenizer/chat_template_runtime.h"
+#include "template/runtime.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <ctype.h>

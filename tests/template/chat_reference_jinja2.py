@@ -1,11 +1,11 @@
 """chat_reference_jinja2.py: renders every (template x case) of
-tests/tokenizer/chat_cases.json with Python Jinja2 set up the way
+tests/template/chat_cases.json with Python Jinja2 set up the way
 transformers' apply_chat_template sets it up (sandboxed environment,
 trim_blocks, lstrip_blocks, loop controls, a {% generation %} tag,
 raise_exception, strftime_now, tojson with ensure_ascii=False), i.e. what
 mlx-lm itself renders. Same output format as chat_reference.mjs, [{template, case, ok,
 output|error}], plus `raised` on errors: whether raise_exception() threw it.
-Usage: python3 tests/tokenizer/chat_reference_jinja2.py [OUT]  (env CHAT_CASES)"""
+Usage: python3 tests/template/chat_reference_jinja2.py [OUT]  (env CHAT_CASES)"""
 import json
 import os
 import sys
@@ -65,7 +65,7 @@ def token_of(config, key):
 
 def main():
     out = os.path.join(ROOT, sys.argv[1] if len(sys.argv) > 1 else "build/chat_reference_jinja2.json")
-    spec = json.load(open(os.path.join(ROOT, os.environ.get("CHAT_CASES", "tests/tokenizer/chat_cases.json"))))
+    spec = json.load(open(os.path.join(ROOT, os.environ.get("CHAT_CASES", "tests/template/chat_cases.json"))))
     env = make_env()
     results = []
     for t in spec["templates"]:

@@ -1,9 +1,9 @@
-/* chat_template_ast.h: the syntax tree shared by the chat-template parser
- * (chat_template_parse.c) and evaluator (chat_template_eval.c). Private to
+/* ast.h: the syntax tree shared by the chat-template parser
+ * (parse.c) and evaluator (eval.c). Private to
  * those files. Nodes live in a block allocator owned by the template. */
 #ifndef LT_CHAT_TEMPLATE_AST_H
 #define LT_CHAT_TEMPLATE_AST_H
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 #include <stdint.h>
 
 typedef enum {

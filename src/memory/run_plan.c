@@ -1,54 +1,13 @@
-/* run_plan.c: see run_plan.h. */
-#include "cli/run_plan.h"
+/* run_plan.c: the plan of a training run, its limit check with levers, and
+ * --batch-size auto (see run_plan.h). */
+#include "memory/run_plan.h"
 #include "base/alloc.h"
 #include "base/error.h"
-#include "base/fileio.h"
 #include "base/sys.h"
 #include "data/batching.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
-#include "train/optimizer.h"
 #include <string.h>
-
-int run_data_load(RunData *d, const TrainArgs *a, int world) {
-    memset(d, 0, sizeof *d);
-    char *cfg_path = path_join(a->model, "config.json");
-    TRY_PTR(cfg_path);
-    int rc = hf_config_load(&d->cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
-    TRY(tokenizer_load(&d->tok, a->model));
-    DatasetOptions o;
-    dataset_options_default(&o);
-    o.mask_prompt = a->mask_prompt;
-    o.skip_bad_lines = a->skip_bad_lines;
-    if (a->chat_template) {
-        size_t n;
-        if (file_read_all(a->chat_template, 64u << 20, &d->chat_template, &n) < 0) return error_prefix("--chat-template");
-        o.chat_template = d->chat_template;
-    }
-    bool present;
-    TRY(dataset_load_split(&d->train, a->data, "train", d->tok, &o, &present));
-    d->have_train = true;
-    TRY(dataset_load_split(&d->valid, a->data, "valid", d->tok, &o, &d->have_valid));
-    if (a->test) { TRY(dataset_load_split(&d->test, a->data, "test", d->tok, &o, &present)); d->have_test = true; }
-    d->in.cfg = &d->cfg;
-    d->in.train = &d->train;
-    d->in.valid = d->have_valid ? &d->valid : NULL;
-    d->in.test = d->have_test ? &d->test : NULL;
-    d->in.world = world;
-    d->in.baseline = run_baseline_now(&d->in);
-    return 0;
-}
-
-void run_data_free(RunData *d) {
-    if (d->have_train) dataset_free(&d->train);
-    if (d->have_valid) dataset_free(&d->valid);
-    if (d->have_test) dataset_free(&d->test);
-    if (d->tok) tokenizer_free(d->tok);
-    mem_free(d->chat_template);
-    memset(d, 0, sizeof *d);
-}
 
 size_t run_baseline_now(const RunInputs *in) {
     size_t rss = rss_current_bytes(), data = 0;
@@ -58,7 +17,7 @@ size_t run_baseline_now(const RunInputs *in) {
     return rss > data ? rss - data : 0;
 }
 
-int run_max_width(const TrainArgs *a, const RunInputs *in) {
+int run_max_width(const RunShape *a, const RunInputs *in) {
     int w = batch_max_width(in->train, a->batch_size, a->max_seq_length);
     const Dataset *other[2] = {in->valid, a->test ? in->test : NULL};
     for (int i = 0; i < 2; i++) if (other[i]) { int v = batch_max_width(other[i], a->batch_size, a->max_seq_length); if (v > w) w = v; }
@@ -79,32 +38,41 @@ static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, in
     return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
 }
 
-static int distinct_widths(const TrainArgs *a, const RunInputs *in) {
+static int distinct_widths(const RunShape *a, const RunInputs *in) {
     int n = batch_distinct_widths(in->train, a->batch_size, a->max_seq_length);
     if (in->valid) n += batch_distinct_widths(in->valid, a->batch_size, a->max_seq_length);
     if (in->test && a->test) n += batch_distinct_widths(in->test, a->batch_size, a->max_seq_length);
     return n;
 }
 
-int run_plan_build(const TrainArgs *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec) {
+void run_model_spec(const RunShape *a, const RunInputs *in, ModelSpec *spec) {
+    int world = in->world > 0 ? in->world : 1;
+    int rows = a->batch_size / world > 0 ? a->batch_size / world : 1;
+    *spec = a->spec;
+    spec->grad_checkpoint = a->grad_checkpoint;
+    spec->max_rows = rows;
+    spec->max_tokens = run_max_width(a, in) - 1;
+    spec->training = true;
+}
+
+int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelSpec *spec) {
     memset(plan, 0, sizeof *plan);
     int world = in->world > 0 ? in->world : 1;
-    int width = run_max_width(a, in);
-    TRY(train_args_model_spec(a, in->cfg, a->batch_size / world > 0 ? a->batch_size / world : 1, width, spec));
+    run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
     /* Plan for the dtype the matrices really have in the file (config.json's
      * torch_dtype may say otherwise): read from the safetensors header. */
     StModel st;
-    TRY(st_model_open(&st, a->model, true));
+    TRY(st_model_open(&st, a->model_dir, true));
     const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
     DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
     st_model_close(&st);
     TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
-    TRY(model_plan_weights(a->model, in->cfg, spec, plan));
+    TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
     TrainableTensor *list; size_t n;
     TRY(model_trainable_list(in->cfg, spec, &list, &n));
     Optimizer probe;
-    int rc = optimizer_layout(&probe, &a->optimizer_config, list, n, &cv);
+    int rc = optimizer_layout(&probe, &a->optimizer, list, n, &cv);
     if (rc == 0) optimizer_free(&probe);
     mem_free(list);
     TRY(rc);
@@ -122,10 +90,10 @@ int run_plan_build(const TrainArgs *a, const RunInputs *in, MemPlan *plan, Model
 
 static const char *tune_name(TuneType t) { return t == TUNE_LORA ? "LoRA" : t == TUNE_DORA ? "DoRA" : t == TUNE_FULL ? "full" : "none"; }
 
-void run_plan_print(const TrainArgs *a, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out) {
+void run_plan_print(const RunShape *a, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out) {
     char b[32];
     fprintf(out, "Memory plan: %s, %s fine-tuning of %s blocks, micro-batch %d x %d tokens, grad checkpoint %s, "
-            "accumulation %d\n", a->model, tune_name(spec->type),
+            "accumulation %d\n", a->model_dir, tune_name(spec->type),
             spec->num_layers <= 0 ? "all" : (snprintf(b, sizeof b, "the last %d", spec->num_layers), b),
             spec->max_rows, spec->max_tokens, spec->grad_checkpoint ? "on" : "off", a->grad_accumulation_steps);
     fprintf(out, "  %-44s %16s %12s\n", "buffer class", "bytes", "");
@@ -143,7 +111,7 @@ void run_plan_print(const TrainArgs *a, const ModelSpec *spec, const MemPlan *pl
 }
 
 /* Total of the plan for a variant of the arguments; 0 when it cannot be built. */
-static size_t variant_total(const TrainArgs *v, const RunInputs *in) {
+size_t run_plan_total(const RunShape *v, const RunInputs *in) {
     MemPlan p; ModelSpec s;
     size_t t = run_plan_build(v, in, &p, &s) == 0 ? plan_total(&p) : 0;
     plan_free(&p);
@@ -151,7 +119,7 @@ static size_t variant_total(const TrainArgs *v, const RunInputs *in) {
     return t;
 }
 
-int run_check_limit(const TrainArgs *a, const RunInputs *in, const MemPlan *plan) {
+int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan) {
     size_t total = plan_total(plan);
     if (!a->memory_limit || total <= a->memory_limit) return 0;
     char msg[4096], b1[32], b2[32];
@@ -168,41 +136,41 @@ int run_check_limit(const TrainArgs *a, const RunInputs *in, const MemPlan *plan
         cls[best] = 0;
     }
     k += (size_t)snprintf(msg + k, sizeof msg - k, ". Levers (planned total with each):");
-    TrainArgs v;
+    RunShape v;
     struct { const char *what; size_t total; } lever[8];
     int nl = 0;
     char what[8][96];
     if (a->batch_size > 1) {
         v = *a; v.batch_size = a->batch_size / 2; v.grad_accumulation_steps = a->grad_accumulation_steps * 2;
         snprintf(what[nl], 96, "--batch-size %d --grad-accumulation-steps %d", v.batch_size, v.grad_accumulation_steps);
-        lever[nl].what = what[nl]; lever[nl].total = variant_total(&v, in); nl++;
+        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
         if (a->batch_size > 2) {
             v = *a; v.batch_size = 1; v.grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
             snprintf(what[nl], 96, "--batch-size 1 --grad-accumulation-steps %d", v.grad_accumulation_steps);
-            lever[nl].what = what[nl]; lever[nl].total = variant_total(&v, in); nl++;
+            lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
         }
     }
     if (!a->grad_checkpoint) {
         v = *a; v.grad_checkpoint = true;
         snprintf(what[nl], 96, "--grad-checkpoint");
-        lever[nl].what = what[nl]; lever[nl].total = variant_total(&v, in); nl++;
+        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
     }
-    int layers = a->num_layers <= 0 ? in->cfg->num_hidden_layers : a->num_layers;
+    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
     if (layers > 1) {
-        v = *a; v.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
-        snprintf(what[nl], 96, "--num-layers %d", v.num_layers);
-        lever[nl].what = what[nl]; lever[nl].total = variant_total(&v, in); nl++;
+        v = *a; v.spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
+        snprintf(what[nl], 96, "--num-layers %d", v.spec.num_layers);
+        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
     }
     int width = run_max_width(a, in);
     if (width > 64) {
         v = *a; v.max_seq_length = (width - 1) / 2;
         snprintf(what[nl], 96, "--max-seq-length %d", v.max_seq_length);
-        lever[nl].what = what[nl]; lever[nl].total = variant_total(&v, in); nl++;
+        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
     }
-    if (strcmp(a->weights_dtype, "bf16") && in->cfg->torch_dtype != DTYPE_BF16) {
-        v = *a; v.weights_dtype = "bf16";
+    if (a->spec.weight_dtype != DTYPE_BF16) {
+        v = *a; v.spec.weight_dtype = DTYPE_BF16;
         snprintf(what[nl], 96, "--weights-dtype bf16");
-        lever[nl].what = what[nl]; lever[nl].total = variant_total(&v, in); nl++;
+        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
     }
     for (int i = 0; i < nl; i++) {
         if (!lever[i].total) continue;
@@ -215,11 +183,11 @@ int run_check_limit(const TrainArgs *a, const RunInputs *in, const MemPlan *plan
     return error_set("%s", msg);
 }
 
-int run_choose_batch(TrainArgs *a, const RunInputs *in, FILE *out) {
+int run_choose_batch(RunShape *a, const RunInputs *in, FILE *out) {
     if (a->batch_size != 0) return 0;
     int effective = a->effective_batch_size > 0 ? a->effective_batch_size : 4 * a->grad_accumulation_steps;
     if (!a->memory_limit) return error_set("--batch-size auto needs --memory-limit");
-    TrainArgs v = *a;
+    RunShape v = *a;
     for (int pass = 0; pass < 2; pass++) {
         v.grad_checkpoint = a->grad_checkpoint || pass == 1;
         for (int b = effective; b >= 1; b--) {
@@ -227,7 +195,7 @@ int run_choose_batch(TrainArgs *a, const RunInputs *in, FILE *out) {
             if (in->train->n < (size_t)b) continue;
             v.batch_size = b;
             v.grad_accumulation_steps = effective / b;
-            size_t t = variant_total(&v, in);
+            size_t t = run_plan_total(&v, in);
             if (t && t <= a->memory_limit) {
                 char b1[32], b2[32];
                 fprintf(out, "Batch size auto: micro-batch %d x %d accumulation steps = effective batch %d%s; planned %s of the %s limit\n",

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build/rel}
-bin=$build/tests/tokenizer/test_chat_template
+bin=$build/tests/template/test_chat_template
 [ -x "$bin" ] || { echo "missing $bin (run make test)"; exit 1; }
 py=""
 for p in python3 /usr/bin/python3; do
@@ -16,5 +16,5 @@ for p in python3 /usr/bin/python3; do
 done
 [ -n "$py" ] || { echo "summary chat_python: skipped (no python3 with jinja2)"; exit 0; }
 ref=$build/chat_reference_jinja2.json
-"$py" tests/tokenizer/chat_reference_jinja2.py "$ref"
+"$py" tests/template/chat_reference_jinja2.py "$ref"
 "$bin" --compare "$ref" qwen3,llama3,llama2,synthetic_whitespace

@@ -3,15 +3,15 @@
  *     expected strings written by hand) and error cases (unknown filter,
  *     unterminated block, loop and recursion limits, raise_exception);
  *   --compare REF.json [NAME,NAME...]: renders every (template x case) of
- *     tests/tokenizer/chat_cases.json and requires byte-identical output to
- *     what @huggingface/jinja produced (tests/tokenizer/chat_reference.mjs),
+ *     tests/template/chat_cases.json and requires byte-identical output to
+ *     what @huggingface/jinja produced (tests/template/chat_reference.mjs),
  *     or an error where it raised one; prints "identical: K/N" per template
  *     and in total (run by test_chat_compare.sh; env CHAT_CASES: another
  *     cases file, e.g. to try more templates locally). */
 #include "check.h"
 #include "base/alloc.h"
 #include "base/error.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +54,7 @@ static bool selected(const char *templates, const char *name) {
 
 static int compare(const char *ref_path, const char *templates) {
     json_error_t jerr;
-    const char *cases = getenv("CHAT_CASES") ? getenv("CHAT_CASES") : "tests/tokenizer/chat_cases.json";
+    const char *cases = getenv("CHAT_CASES") ? getenv("CHAT_CASES") : "tests/template/chat_cases.json";
     json_t *spec = json_load_file(cases, 0, &jerr);
     json_t *ref = json_load_file(ref_path, 0, &jerr);
     CHECK_MSG(spec && ref, "cannot load cases or reference: %s", jerr.text);
@@ -386,8 +386,8 @@ static void test_alloc_failures(void) {
 
     /* the synthetic constructs template: every allocation site of compile and
      * render on a rich context, sampled (the first 300, then every 17th) */
-    char *big = read_text("tests/tokenizer/chat_synthetic_constructs.jinja");
-    json_t *spec = json_load_file("tests/tokenizer/chat_cases.json", 0, NULL);
+    char *big = read_text("tests/template/chat_synthetic_constructs.jinja");
+    json_t *spec = json_load_file("tests/template/chat_cases.json", 0, NULL);
     CHECK(big && spec);
     if (!big || !spec) { free(big); json_decref(spec); return; }
     json_t *ctx = json_object(), *tpl, *cs;

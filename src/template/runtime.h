@@ -1,10 +1,10 @@
-/* chat_template_runtime.h: runtime values and render state shared by the
- * chat-template evaluator (chat_template_eval.c), its values and JSON output
- * (chat_template_value.c) and its filters and methods
- * (chat_template_filters.c). Private to those files. */
+/* runtime.h: runtime values and render state shared by the
+ * chat-template evaluator (eval.c), its values and JSON output
+ * (value.c) and its filters and methods
+ * (filters.c). Private to those files. */
 #ifndef LT_CHAT_TEMPLATE_RUNTIME_H
 #define LT_CHAT_TEMPLATE_RUNTIME_H
-#include "tokenizer/chat_template_ast.h"
+#include "template/ast.h"
 
 /* A value: a jansson value (one owned reference), a namespace (a JSON
  * object that `set ns.x = ...` may change), undefined, a macro or call
@@ -42,7 +42,7 @@ typedef struct {
     const char *kw[CT_MAX_ARGS]; Value kwv[CT_MAX_ARGS]; size_t nkw;
 } Args;
 
-/* values (chat_template_value.c) */
+/* values (value.c) */
 Value v_undef(void);
 Value v_json(json_t *j);              /* takes the reference; NULL -> V_UNDEF (check OOM before) */
 Value v_copy(Value v);
@@ -80,7 +80,7 @@ size_t utf8_next(const char *s, size_t n, size_t i);    /* index of the next cod
 int rt_error(const Ctx *c, const Node *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 json_t *json_oom(const Ctx *c, const Node *at, json_t *j);  /* j, or NULL + error when j is NULL */
 
-/* filters, methods, tests, builtins (chat_template_filters.c) */
+/* filters, methods, tests, builtins (filters.c) */
 int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *args, Value *out);
 int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *args, Value *out, bool *found);
 int apply_test(Ctx *c, const Node *at, const char *name, Value x, Args *args, bool *out);

@@ -1,0 +1,84 @@
+/* train_args.h: the flags of `lmtune train` and `lmtune plan`. TrainArgs
+ * holds every flag of mlx_lm.lora with its default, plus ours; the table is
+ * read by the shared parser (cli/args.h). */
+#ifndef LT_TRAIN_ARGS_H
+#define LT_TRAIN_ARGS_H
+#include "cli/args.h"
+#include "model/model.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "memory/run_plan.h"
+
+
+#define LORA_MAX_KEYS 16
+typedef struct {
+    int rank;                   /* 8 */
+    double scale;               /* 20.0 */
+    double dropout;             /* 0.0 */
+    char keys[LORA_MAX_KEYS][64];
+    int n_keys;                 /* 0: MLX-LM's default (every linear of a block) */
+} LoraParams;
+
+typedef struct {
+    /* MLX-LM's flags */
+    const char *model;
+    bool train;
+    const char *data;
+    const char *fine_tune_type; /* lora | dora | full */
+    const char *optimizer;      /* adam | adamw | sgd | adafactor */
+    bool mask_prompt;
+    int num_layers;
+    int batch_size;             /* 0: auto */
+    int iters;
+    int val_batches;
+    double learning_rate;
+    int steps_per_report;
+    int steps_per_eval;
+    const char *resume_adapter_file;
+    const char *adapter_path;
+    int save_every;
+    bool test;
+    int test_batches;
+    int max_seq_length;
+    bool grad_checkpoint;
+    int grad_accumulation_steps;
+    uint64_t seed;
+    /* config-file sections */
+    LoraParams lora;
+    ScheduleConfig lr_schedule;
+    OptimizerConfig optimizer_config;
+    /* ours */
+    double epochs;              /* 0: use iters */
+    double max_grad_norm;       /* 0: no clipping */
+    int threads;                /* 0: OpenMP's default */
+    const char *metrics_file;
+    const char *loss_normalization; /* mean | tokens */
+    size_t memory_limit;        /* 0: none */
+    const char *weights_dtype;  /* auto | f32 | bf16 */
+    bool resume;
+    const char *chat_template;
+    bool skip_bad_lines;
+    int effective_batch_size;   /* 0: batch_size x accumulation (for --batch-size auto) */
+    const char *config;         /* -c FILE.yaml */
+    /* lmtune plan only */
+    bool plan_verbose;          /* --verbose: every buffer */
+    int plan_workers;           /* --workers N: one worker's share; 0: the MPI world */
+    ArgResult parsed;
+} TrainArgs;
+
+void train_args_default(TrainArgs *a);
+extern const ArgTable TRAIN_ARGS_TABLE;
+extern const ArgTable PLAN_ARGS_TABLE;   /* train's flags plus --verbose and --workers */
+/* Defaults, then YAML, then the command line; also checks the combinations
+ * (e.g. --iters with --epochs) and resolves optimizer_config's kind. */
+int train_args_parse(TrainArgs *a, int argc, char **argv);
+/* The same for `lmtune plan` (PLAN_ARGS_TABLE). */
+int plan_args_parse(TrainArgs *a, int argc, char **argv);
+bool train_args_was_set(const TrainArgs *a, const char *name);
+/* The run shape the memory planner works on (memory/run_plan.h): tune
+ * type, trainable blocks (MLX-LM's "Requested to train N layers but the
+ * model only has L layers." when too many), LoRA rank/scale/dropout, adapted
+ * projections from lora_parameters.keys, frozen dtype, batch, accumulation,
+ * checkpointing, sequence length, optimizer and memory limit. */
+int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *out);
+#endif
