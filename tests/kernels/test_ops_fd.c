@@ -276,8 +276,10 @@ static double att_obj(void *p) {
     attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D, &c->ap);
     return dot(c->out, c->probe, (size_t)c->B * c->T * c->H * c->D);
 }
-/* window 0: full causal; scale 0: 1/sqrt(D) */
-static double test_attention(int B, int T, int H, int KVH, int D, int window, float scale, float softcap) {
+/* window 0: full causal; scale 0: 1/sqrt(D). The gradients are checked by
+ * central differences on fd_samples random entries of q, k and v each. */
+static double test_attention(int B, int T, int H, int KVH, int D, int window, float scale, float softcap,
+                             int fd_samples) {
     AttCtx c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
     c.ap = (AttnParams){.scale = scale > 0 ? scale : 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
     size_t nq = (size_t)c.B * c.T * c.H * c.D, nk = (size_t)c.B * c.T * c.KVH * c.D, nl = (size_t)c.B * c.H * c.T;
@@ -291,9 +293,9 @@ static double test_attention(int B, int T, int H, int KVH, int D, int window, fl
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     float *ws = zeros(attention_workspace_floats(c.B, c.T, c.H, c.KVH, c.D));
     attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
-    double e = fd_check("attention dq", c.q, nq, dq, att_obj, &c, 1e-2, 300);
-    e = max2(e, fd_check("attention dk", c.k, nk, dk, att_obj, &c, 1e-2, 300));
-    e = max2(e, fd_check("attention dv", c.v, nk, dv, att_obj, &c, 1e-2, 300));
+    double e = fd_check("attention dq", c.q, nq, dq, att_obj, &c, 1e-2, (size_t)fd_samples);
+    e = max2(e, fd_check("attention dk", c.k, nk, dk, att_obj, &c, 1e-2, (size_t)fd_samples));
+    e = max2(e, fd_check("attention dv", c.v, nk, dv, att_obj, &c, 1e-2, (size_t)fd_samples));
     /* accumulation: a second backward doubles the gradients */
     float *dq2 = malloc(nq * sizeof(float)); memcpy(dq2, dq, nq * sizeof(float));
     for (size_t i = 0; i < nq; i++) dq2[i] *= 2;
@@ -463,19 +465,19 @@ int main(void) {
     test_rmsnorm(0.0f);
     test_rmsnorm(1.0f);
     test_rope();
-    double ea = test_attention(2, 131, 4, 2, 20, 0, 0, 0);      /* T, D not multiples of the tiles */
-    ea = max2(ea, test_attention(1, 150, 6, 2, 32, 0, 0, 0));  /* full tiles read in place, 3 heads per kv head */
-    ea = max2(ea, test_attention(1, 64, 10, 2, 16, 0, 0, 0));  /* 5 heads per kv head: split over two tasks */
+    double ea = test_attention(2, 131, 4, 2, 20, 0, 0, 0, 300);      /* T, D not multiples of the tiles */
+    ea = max2(ea, test_attention(1, 150, 6, 2, 32, 0, 0, 0, 300));  /* full tiles read in place, 3 heads per kv head */
+    ea = max2(ea, test_attention(1, 64, 10, 2, 16, 0, 0, 0, 300));  /* 5 heads per kv head: split over two tasks */
     /* sliding windows: shorter than a tile (whole tiles skipped on both
      * sides, rows whose window starts past a tile), longer than one, and
      * wider than the sequence; a Gemma-style scale */
-    ea = max2(ea, test_attention(2, 200, 4, 2, 20, 37, 0, 0));
-    ea = max2(ea, test_attention(1, 260, 4, 1, 32, 100, 0.11f, 0));
-    ea = max2(ea, test_attention(1, 70, 2, 2, 16, 300, 0, 0));
-    ea = max2(ea, test_attention(1, 130, 2, 1, 16, 2, 0, 0));   /* each query sees itself and one key */
+    ea = max2(ea, test_attention(1, 200, 2, 1, 20, 37, 0, 0, 80));
+    ea = max2(ea, test_attention(1, 200, 2, 1, 32, 70, 0.11f, 0, 80));
+    ea = max2(ea, test_attention(1, 70, 2, 2, 16, 300, 0, 0, 80));
+    ea = max2(ea, test_attention(1, 130, 1, 1, 16, 2, 0, 0, 80));   /* each query sees itself and one key */
     /* Gemma 2: tanh soft-capping of the scores, alone and with a window */
-    ea = max2(ea, test_attention(1, 131, 4, 2, 20, 0, 0.3f, 2.0f));
-    ea = max2(ea, test_attention(2, 150, 2, 1, 32, 50, 0.25f, 5.0f));
+    ea = max2(ea, test_attention(1, 100, 2, 1, 20, 0, 0.3f, 2.0f, 80));
+    ea = max2(ea, test_attention(1, 150, 2, 1, 32, 50, 0.25f, 5.0f, 80));
     printf("worst attention rel err %.3g\n", ea);
     double eg = test_glu(GLU_SILU, false);
     eg = max2(eg, test_glu(GLU_SILU, true));
