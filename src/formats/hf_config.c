@@ -454,9 +454,12 @@ static int parse_text(ModelConfig *c, const json_t *o, const json_t *outer, cons
         if (!(c->query_pre_attn_scalar > 0) || !isfinite(c->query_pre_attn_scalar))
             return error_set("%s: field \"query_pre_attn_scalar\" is %g but must be positive", name,
                              c->query_pre_attn_scalar);
+        /* absent: the class default (gemma2 50 and 30); null: none */
         bool g2 = fam == F_GEMMA2;
-        TRY(get_number(o, name, "attn_logit_softcapping", false, g2 ? 50.0 : 0.0, &c->attn_softcap));
-        TRY(get_number(o, name, "final_logit_softcapping", false, g2 ? 30.0 : 0.0, &c->final_softcap));
+        bool attn_null = json_is_null(json_object_get(o, "attn_logit_softcapping"));
+        bool final_null = json_is_null(json_object_get(o, "final_logit_softcapping"));
+        TRY(get_number(o, name, "attn_logit_softcapping", false, g2 && !attn_null ? 50.0 : 0.0, &c->attn_softcap));
+        TRY(get_number(o, name, "final_logit_softcapping", false, g2 && !final_null ? 30.0 : 0.0, &c->final_softcap));
         if (!(c->attn_softcap >= 0) || !(c->final_softcap >= 0) || !isfinite(c->attn_softcap + c->final_softcap))
             return error_set("%s: logit soft-capping values must be positive or null", name);
         bool bidi = false;
