@@ -758,7 +758,7 @@ int hf_config_write(const ModelConfig *c, const char *path) {
         return -1;
     }
     int prc = hf_config_parse(back, t.s, path);
-    bool same = prc == 0 && memcmp(back->layer_flags, c->layer_flags, sizeof c->layer_flags) == 0;
+    bool same = prc == 0 && memcmp(back->layer_flags, c->layer_flags, (size_t)c->num_hidden_layers) == 0;
     mem_free(back);
     if (prc < 0) {
         mem_free(t.s);
