@@ -505,7 +505,18 @@ int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Val
         if (len < 0) return rt_error(c, at, "filter 'length' cannot be applied to a %s value", v_type(x));
         return ret_json(c, at, json_integer(len), out);
     }
-    if (!strcmp(name, "string")) { if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out); return to_string_value(c, at, x, out); }
+    if (!strcmp(name, "string")) {
+        if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+        if (x.k == V_JSON && (json_is_object(x.j) || json_is_array(x.j))) {
+            Buf b = {0};
+            if (v_to_python_repr(&b, x.j) < 0) {
+                mem_free(b.s);
+                return rt_error(c, at, "out of memory");
+            }
+            return ret_buf(c, at, &b, out);
+        }
+        return to_string_value(c, at, x, out);
+    }
     if (!strcmp(name, "trim")) {
         if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
         if (!s) return rt_error(c, at, "filter 'trim' cannot be applied to a %s value", v_type(x));

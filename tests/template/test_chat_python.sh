@@ -17,4 +17,4 @@ done
 [ -n "$py" ] || { echo "summary chat_python: skipped (no python3 with jinja2)"; exit 0; }
 ref=$build/chat_reference_jinja2.json
 "$py" tests/template/chat_reference_jinja2.py "$ref"
-"$bin" --compare "$ref" qwen3,llama3,llama2,synthetic_whitespace
+"$bin" --compare "$ref" qwen3,llama3,llama2,synthetic_whitespace,gemma3,phi4_mini,phi4,smollm3

