@@ -80,6 +80,10 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-dir", default=None,
+                    help="a Hugging Face model directory (config.json, model.safetensors; e.g. from lmtune init): "
+                         "train these weights instead of --model's random ones (any family torch_model knows)")
+    ap.add_argument("--num-layers", type=int, default=16, help="lora-all with --model-dir: the last N blocks")
     ap.add_argument("--blas-dir", default=os.environ.get("LMTUNE_BLAS_DIR"),
                     help="directory holding an optimized libblas.so.3 (e.g. OpenBLAS), put first on LD_LIBRARY_PATH")
     return ap.parse_args()
@@ -139,19 +143,30 @@ def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
+    sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))   # torch_model, gen_refs' safetensors reader
     import torch
     import torch_model as tm
 
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(args.seed)
-    cfg = dict(MODELS[args.model])
-    wdtype = torch.bfloat16 if args.weights == "bf16" else torch.float32
-    weights = random_weights(torch, cfg, wdtype, gen)
+    if args.model_dir:
+        # the model lmtune trains, weights as stored (bf16 stays bf16, streamed)
+        from gen_refs import load_safetensors
+        with open(os.path.join(args.model_dir, "config.json")) as f:
+            cfg = json.load(f)
+        weights = load_safetensors(os.path.join(args.model_dir, "model.safetensors"))
+        args.model = os.path.basename(os.path.normpath(args.model_dir))
+        args.weights = "bf16" if any(t.dtype == torch.bfloat16 for t in weights.values()) else "fp32"
+    else:
+        cfg = dict(MODELS[args.model])
+        wdtype = torch.bfloat16 if args.weights == "bf16" else torch.float32
+        weights = random_weights(torch, cfg, wdtype, gen)
     model = tm.DecoderLM(cfg, weights, compute_dtype=torch.float32, bf16_mode="stream")
     del weights
     if args.mode == "lora-qv16":
         model.set_lora(16, ["self_attn.q_proj", "self_attn.v_proj"], 8, 20.0, generator=gen)
+    elif args.mode == "lora-all" and args.model_dir:
+        model.set_lora(args.num_layers, list(tm.linear_keys(cfg)), 8, 20.0, generator=gen)
     elif args.mode == "lora-all":
         model.set_lora(-1, list(tm.LINEAR_KEYS), 8, 20.0, generator=gen)
     else:
@@ -162,7 +177,8 @@ def main():
     opt = tm.AdamMLX(params, args.lr)
 
     W = args.seq + 1
-    tokens = torch.randint(1, cfg["vocab_size"], (args.batch, W), generator=gen, dtype=torch.int64)
+    tokens = torch.randint(1, tm.text_config(cfg)[0]["vocab_size"], (args.batch, W), generator=gen,
+                           dtype=torch.int64)
     lengths = torch.full((args.batch,), W, dtype=torch.int64)
     offsets = torch.zeros(args.batch, dtype=torch.int64)
 
