@@ -90,6 +90,10 @@ $(BUILD)/bench/gemm_peak: bench/gemm_peak.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/bench/attn_window: bench/attn_window.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
 bench: lmtune $(BUILD)/bench/gemm_peak
 	@scripts/install-deps.sh --bench
 	GEMM_PEAK_BIN=$(CURDIR)/$(BUILD)/bench/gemm_peak bench/run.sh

@@ -45,7 +45,8 @@ for f in gemma3 phi3 smollm3; do
   m="$T/$f"
   "$BIN" init --config "$T/$f.json" --out "$m" --seed 5 >/dev/null
   "$BIN" train --model "$m" --data "$T/data" --iters 3 --batch-size 2 --steps-per-eval 100 --val-batches 1 \
-    --num-layers -1 --grad-checkpoint --learning-rate 1e-3 --adapter-path "$m-ad" --metrics-file "$m.metrics" >"$m.train" 2>&1 ||
+    --num-layers -1 --grad-checkpoint --learning-rate 1e-3 --adapter-path "$m-ad" --metrics-file "$m.metrics" \
+    >"$m.train" 2>&1 ||
     { cat "$m.train"; fail "$f: train"; }
   grep -q "^Iter 3: Train loss" "$m.train" || fail "$f: no Iter 3 report"
   # the run stayed inside its plan (the metrics carry the arena's high-water mark and the planned total)

@@ -513,6 +513,13 @@ def family_cases():
               "gemma3_text with sliding_window_pattern 3 (layers 0, 1, 3 slide), bf16 weights (embedding "
               "scale rounded to bf16: sqrt(32) = 5.65685 -> 5.65625), full fine-tuning of the last 2 blocks "
               "(the zero-centred norms are trained as stored)")
+    grad_case("gemma3_text_full", 1104,
+              gemma3_text_config(layer_types=["full_attention", "sliding_attention", "sliding_attention",
+                                              "full_attention"], sliding_window=3),
+              {"fine_tune_type": "full", "num_layers": -1, "lora": None, "weights_dtype": "float32"},
+              2, 17, [17, 13], [0, 1],
+              "gemma3_text in fp32, layer_types [f, s, s, f] with window 3, full fine-tuning of every block "
+              "(the 1 + w norms, the q/k norms and the four block norms are trained)")
     mm_text = {k: v for k, v in gemma3_text_config(sliding_window=4).items()
                if k not in ("architectures", "tie_word_embeddings", "torch_dtype", "bos_token_id", "eos_token_id")}
     mm_text["num_hidden_layers"] = 2
@@ -540,6 +547,11 @@ def family_cases():
               2, 17, [17, 13], [2, 0],
               "gemma2: attention scores and final logits soft-capped (3 and 4, small enough to bend), even "
               "layers slide (window 5 < T), one RoPE base; LoRA on all 7 keys of the last 2 blocks")
+    grad_case("gemma2_full", 1202, dict(gemma2, num_hidden_layers=3),
+              {"fine_tune_type": "full", "num_layers": 2, "lora": None, "weights_dtype": "float32"},
+              2, 17, [17, 16], [0, 3],
+              "gemma2 (soft-capped attention and logits, window 5 on layers 0 and 2), full fine-tuning of the "
+              "last 2 of 3 blocks")
     fused = list(tm.FUSED_KEYS)
 
     def phi3(orig, tied, **kw):
