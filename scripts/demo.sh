@@ -8,6 +8,8 @@
 # the memory, evaluate, train a LoRA adapter that teaches the capitals (which
 # the base has never seen), evaluate again, generate with and without the
 # adapter, fuse it, export it (PEFT, GGUF), generate from the fused model.
+# The LoRA run leaves its training report in $OUT/adapters/report.html, and
+# the plan is also drawn as a page ($OUT/plan.html).
 # DEMO_ITERS / DEMO_PRETRAIN_ITERS shorten the run (the test suite's variant).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,7 @@ grep -E 'Val loss' "$OUT/pretrain.log" | sed -n '1p;$p'
 MODEL="$OUT/model"
 
 step "1. The memory plan of the LoRA run, before any weight is loaded"
-"$BIN" plan --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS"
+"$BIN" plan --model "$MODEL" --data demo/data -c demo/lora.yaml --iters "$ITERS" --html "$OUT/plan.html"
 
 step "2. Test loss before training"
 "$BIN" eval --model "$MODEL" --data demo/data --batch-size 8 --mask-prompt
@@ -49,7 +51,10 @@ for q in "What is the capital of France?" "Do you know the capital of Japan?"; d
   "$BIN" generate --model "$MODEL" --adapter-path "$OUT/adapters" --prompt "$q" --max-tokens 24
 done
 
-step "5. Fuse the adapter into the model, export it for PEFT and llama.cpp"
+step "5. The training report: curves, memory and settings in one HTML file (also: lmtune report DIR)"
+"$BIN" report "$OUT/adapters"
+
+step "6. Fuse the adapter into the model, export it for PEFT and llama.cpp"
 "$BIN" fuse --model "$MODEL" --adapter-path "$OUT/adapters" --save-path "$OUT/fused" \
   --export-peft "$OUT/peft" --export-gguf "$OUT/adapter.gguf"
 "$BIN" generate --model "$OUT/fused" --prompt "What is the capital of France?" --max-tokens 24

@@ -1,13 +1,18 @@
 /* check.h: the assertions every C test uses. A failed CHECK prints the file,
  * line and expression and the test keeps going; check_finish() prints a
- * summary line and returns the exit status. */
+ * summary line and returns the exit status. A part that cannot run (a
+ * reference that is not installed) calls check_skip(reason): the test then
+ * ends with "SKIP: reason" and exit status 77 unless a check failed, and the
+ * runner counts it as skipped (a failure in strict mode), never as passed. */
 #ifndef LT_CHECK_H
 #define LT_CHECK_H
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static int check_total = 0, check_failed = 0;
+static char check_skip_reason[512];
 
 #define CHECK(cond) do { check_total++; if (!(cond)) { check_failed++; \
     fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
@@ -33,8 +38,28 @@ static inline double rel_error(const float *a, const float *ref, size_t n) {
     double s = max_abs(ref, n); return max_abs_diff(a, ref, n) / (s > 1e-30 ? s : 1e-30);
 }
 
+/* Records why a part of the test did not run (the first reason is kept). */
+__attribute__((format(printf, 1, 2))) static inline void check_skip(const char *fmt, ...) {
+    if (check_skip_reason[0]) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(check_skip_reason, sizeof check_skip_reason, fmt, ap);
+    va_end(ap);
+}
+
+/* The summary line; exit status 1 on a failed check, else 77 when a part was
+ * skipped, else 0. */
 static inline int check_finish(const char *name) {
     printf("summary %s: %d checks, %d failed\n", name, check_total, check_failed);
-    return check_failed ? 1 : 0;
+    if (check_failed) {
+        return 1;
+    }
+    if (check_skip_reason[0]) {
+        printf("SKIP: %s\n", check_skip_reason);
+        return 77;
+    }
+    return 0;
 }
 #endif

@@ -16,7 +16,10 @@ static bool should_fail(void) {
     return fail_at > 0 && alloc_count == fail_at;
 }
 
-void mem_fail_at(long n) { fail_at = n > 0 ? n : 0; alloc_count = 0; }
+void mem_fail_at(long n) {
+    fail_at = n > 0 ? n : 0;
+    alloc_count = 0;
+}
 long mem_alloc_count(void) { return alloc_count; }
 
 void *mem_alloc(size_t bytes) {
@@ -27,7 +30,10 @@ void *mem_alloc(size_t bytes) {
 
 void *mem_calloc(size_t count, size_t size) {
     size_t bytes;
-    if (!size_mul(count, size, &bytes)) { error_set("allocation size overflows (%zu x %zu)", count, size); return NULL; }
+    if (!size_mul(count, size, &bytes)) {
+        error_set("allocation size overflows (%zu x %zu)", count, size);
+        return NULL;
+    }
     void *p = should_fail() ? NULL : calloc(bytes ? bytes : 1, 1);
     if (!p) error_set("out of memory allocating %zu bytes", bytes);
     return p;
@@ -41,7 +47,10 @@ void *mem_realloc(void *old, size_t bytes) {
 
 char *mem_strndup(const char *s, size_t n) {
     char *p = mem_alloc(n + 1);
-    if (p) { memcpy(p, s, n); p[n] = 0; }
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
     return p;
 }
 char *mem_strdup(const char *s) { return mem_strndup(s, strlen(s)); }

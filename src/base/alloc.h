@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdbool.h>
 
-void *mem_alloc(size_t bytes);                 /* NULL + error_set on failure */
-void *mem_calloc(size_t count, size_t size);   /* zeroed; checks count*size overflow */
+void *mem_alloc(size_t bytes); /* NULL + error_set on failure */
+void *mem_calloc(size_t count, size_t size); /* zeroed; checks count*size overflow */
 void *mem_realloc(void *p, size_t bytes);
 char *mem_strdup(const char *s);
 char *mem_strndup(const char *s, size_t n);

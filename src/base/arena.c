@@ -22,8 +22,8 @@ int arena_init(Arena *a, size_t capacity) {
 void *arena_alloc(Arena *a, size_t bytes) {
     size_t need = arena_block_size(bytes);
     if (need > a->capacity - a->used) {
-        error_set("memory plan too small: %zu bytes requested with %zu of %zu left (bug in the planner)",
-                  need, a->capacity - a->used, a->capacity);
+        error_set("memory plan too small: %zu bytes requested with %zu of %zu left (bug in the planner)", need,
+                  a->capacity - a->used, a->capacity);
         return NULL;
     }
     void *p = a->base + a->used;
@@ -39,7 +39,9 @@ float *arena_floats(Arena *a, size_t count) {
 }
 
 size_t arena_mark(const Arena *a) { return a->used; }
-void arena_reset(Arena *a, size_t mark) { if (mark <= a->used) a->used = mark; }
+void arena_reset(Arena *a, size_t mark) {
+    if (mark <= a->used) a->used = mark;
+}
 
 void arena_free(Arena *a) {
     if (a->base) munmap(a->base, a->capacity);

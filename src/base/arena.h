@@ -7,10 +7,10 @@
 #include <stddef.h>
 
 typedef struct {
-    char *base;       /* start of the mapping */
-    size_t capacity;  /* bytes reserved (the plan's total) */
-    size_t used;      /* bytes handed out so far */
-    size_t high;      /* high-water mark of `used` (arena_reset lowers `used` only) */
+    char *base; /* start of the mapping */
+    size_t capacity; /* bytes reserved (the plan's total) */
+    size_t used; /* bytes handed out so far */
+    size_t high; /* high-water mark of `used` (arena_reset lowers `used` only) */
 } Arena;
 
 #define ARENA_ALIGN 64

@@ -10,6 +10,8 @@
 
 double time_now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
+double time_unix(void) { struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+
 static size_t status_kb(const char *key) {
     FILE *fp = fopen("/proc/self/status", "r");
     if (!fp) return 0;

@@ -4,6 +4,7 @@
 #define LT_SYS_H
 #include <stddef.h>
 double time_now(void);              /* seconds, monotonic */
+double time_unix(void);             /* seconds since 1970 (wall clock, for records) */
 size_t rss_current_bytes(void);     /* VmRSS */
 size_t rss_peak_bytes(void);        /* VmHWM */
 /* Parses "8GB", "7.5GiB", "512MB", "1000000" into bytes; -1 + error. */

@@ -350,8 +350,8 @@ bool args_was_set(const ArgTable *t, const ArgResult *r, const char *name) {
     return s && r->seen[s - t->specs];
 }
 
-static void default_text(const ArgSpec *s, const void *defaults, char *buf, size_t cap) {
-    const void *f = (const char *)defaults + s->offset;
+void args_value_text(const ArgSpec *s, const void *opts, char *buf, size_t cap) {
+    const void *f = (const char *)opts + s->offset;
     buf[0] = 0;
     switch (s->type) {
     case ARG_STRING: case ARG_CHOICE: {
@@ -385,7 +385,7 @@ void args_print_help(const ArgTable *t, const void *defaults, FILE *out) {
         char left[96], def[96];
         if (s->short_name) snprintf(left, sizeof left, "-%c, --%s%s%s", s->short_name, s->name, s->metavar ? " " : "", s->metavar ? s->metavar : "");
         else snprintf(left, sizeof left, "--%s%s%s", s->name, s->metavar ? " " : "", s->metavar ? s->metavar : "");
-        default_text(s, defaults, def, sizeof def);
+        args_value_text(s, defaults, def, sizeof def);
         fprintf(out, "  %-34s %s", left, s->help);
         if (s->type == ARG_CHOICE) fprintf(out, " (%s)", s->choices);
         if (s->type == ARG_STRING_LIST) fprintf(out, " (repeatable, up to %d times)", ARG_LIST_MAX);

@@ -87,6 +87,9 @@ typedef struct {
  * the error set. With --help, prints the help to stdout and sets r->help. */
 int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *r);
 void args_print_help(const ArgTable *t, const void *defaults, FILE *out);
+/* The value of spec s in an options struct, as --help shows defaults ("8",
+ * "on", "a, b", "" for an unset string). */
+void args_value_text(const ArgSpec *s, const void *opts, char *buf, size_t cap);
 /* Whether the flag `name` was given (on the command line or in YAML). */
 bool args_was_set(const ArgTable *t, const ArgResult *r, const char *name);
 /* Strings read from YAML live until this is called. */

@@ -15,7 +15,7 @@
 typedef struct {
     const char *model, *adapter_path, *save_path, *export_peft, *export_gguf;
     size_t max_shard_size;
-    bool no_fuse;
+    bool no_fuse, dequantize;
     ArgResult parsed;
 } FuseArgs;
 
@@ -29,13 +29,17 @@ static const ArgSpec FUSE_SPECS[] = {
     {"export-peft", 0, ARG_STRING, OFF(export_peft), "DIR", "also write a PEFT adapter (adapter_model.safetensors, adapter_config.json)", NULL, ARG_UNBOUNDED},
     {"export-gguf", 0, ARG_STRING, OFF(export_gguf), "FILE", "also write a GGUF LoRA adapter for llama.cpp (--lora FILE)", NULL, ARG_UNBOUNDED},
     {"no-fuse", 0, ARG_BOOL, OFF(no_fuse), NULL, "only export; do not write the fused model", NULL, ARG_UNBOUNDED},
+    {"dequantize", 0, ARG_BOOL, OFF(dequantize), NULL,
+     "write a quantized base's fused model in full precision (default: quantized again with each module's bits)",
+     NULL, ARG_UNBOUNDED},
 };
 #undef OFF
 static const ArgTable FUSE_TABLE = {
     "fuse", "fuse --model DIR [--adapter-path DIR] [--save-path DIR] [flags]",
     FUSE_SPECS, sizeof FUSE_SPECS / sizeof FUSE_SPECS[0], false, NULL, NULL,
     "Merges a LoRA/DoRA adapter (or a full fine-tune) into the base weights, computed\n"
-    "in fp32 and stored in the base dtype, and writes a Hugging Face model directory.\n",
+    "in fp32 and stored in the base dtype, and writes a Hugging Face model directory.\n"
+    "A quantized base's adapted modules are quantized again with their bits and group size.\n",
 };
 
 int cmd_fuse(int argc, char **argv) {
@@ -49,7 +53,7 @@ int cmd_fuse(int argc, char **argv) {
         if (outputs[i] && atomic_remove_stale(outputs[i]) < 0) die_with_error();
     if (!a.no_fuse) {
         printf("Loading pretrained model\n");
-        if (fuse_model(a.model, a.adapter_path, a.save_path, a.max_shard_size) < 0) die_with_error();
+        if (fuse_model(a.model, a.adapter_path, a.save_path, a.max_shard_size, a.dequantize) < 0) die_with_error();
         printf("Fused model saved to %s\n", a.save_path);
     }
     if (a.export_peft) {

@@ -40,7 +40,8 @@ typedef struct {
 #define OFF(f) offsetof(InitArgs, f)
 static const ArgSpec INIT_SPECS[] = {
     {"preset", 0, ARG_CHOICE, OFF(preset), "NAME", "architecture preset",
-     "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|gemma-3-270m|gemma-3-1b|phi-4-mini|smollm3-3b",
+     "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|llama-3.1-8b|"
+     "gemma-3-270m|gemma-3-1b|phi-4-mini|smollm3-3b",
      ARG_UNBOUNDED},
     {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL, ARG_UNBOUNDED},
     {"out", 0, ARG_STRING, OFF(out), "DIR", "output directory (created)", NULL, ARG_UNBOUNDED},

@@ -20,12 +20,14 @@
 #include "cli/train_args.h"
 #include "cli/commands.h"
 #include "cli/run_data.h"
+#include "cli/run_record.h"
 #include "memory/run_plan.h"
 #include "data/batching.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
 #include "formats/hf_config.h"
 #include "model/model.h"
+#include "report/report_html.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sources.h"
@@ -148,6 +150,8 @@ static int write_adapter_config(const TrainArgs *a, const char *dir) {
 
 typedef struct {
     TrainArgs a;
+    int argc;               /* the command line, for run.json */
+    char **argv;
     RunData d;              /* config, tokenizer, data splits (cli/run_data.h) */
     bool have_data;
     DataSource src;
@@ -165,6 +169,11 @@ static void run_free(Run *r) {
     if (r->have_src) data_source_free(&r->src);
     if (r->have_data) run_data_free(&r->d);
     args_release();
+}
+
+/* The trainer's hook: ADAPTER_DIR/report.html after each evaluation and at the end. */
+static int render_report(void *ctx) {
+    return report_html_write(ctx, NULL);
 }
 
 static int run_train(Run *r, int *exit_code) {
@@ -199,6 +208,9 @@ static int run_train(Run *r, int *exit_code) {
     if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
     if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
+    RunRecord record = {.args = a, .data = &r->d, .plan_total = total_bytes, .plan_arena = arena_bytes,
+                        .world = world, .argc = r->argc, .argv = r->argv};
+    for (int c = 0; c < MEM_CLASS_COUNT; c++) record.class_bytes[c] = plan_class_bytes(&plan, (MemClass)c);
     plan_free(&plan);
     TRY(arena_init(&r->arena, arena_bytes));
     TRY(model_load(&r->model, a->model, &spec, &r->arena));
@@ -228,6 +240,16 @@ static int run_train(Run *r, int *exit_code) {
         fflush(stdout);
         TRY(dir_ensure(a->adapter_path));
         if (!a->resume) TRY(write_adapter_config(a, a->adapter_path));
+        record.spec = &spec;
+        record.trainable = trainable;
+        record.total_params = total;
+        record.iters = iters;
+#ifdef _OPENMP
+        record.threads = omp_get_max_threads();
+#else
+        record.threads = 1;
+#endif
+        TRY(run_record_write(a->adapter_path, &record));
     }
 
     TrainConfig tc;
@@ -258,6 +280,8 @@ static int run_train(Run *r, int *exit_code) {
     tc.fingerprint = fingerprint;
     tc.arena = &r->arena;
     tc.plan_total = total_bytes;
+    tc.on_history = render_report;
+    tc.history_ctx = (void *)a->adapter_path;
     BatchSource bs = data_source_iface(&r->src);
     train_install_signal_handlers();
     TrainResult res;
@@ -283,6 +307,8 @@ int cmd_train(int argc, char **argv) {
     if (dist_init(&argc, &argv) < 0) die_with_error();
     if (train_args_parse(&r.a, argc, argv) < 0) { args_release(); die_with_error(); }
     if (r.a.parsed.help) { args_release(); return 0; }
+    r.argc = argc;
+    r.argv = argv;
     int exit_code = 0;
     if (run_train(&r, &exit_code) < 0) {
         fprintf(stderr, "lmtune: error: %s\n", error_message());

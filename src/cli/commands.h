@@ -9,4 +9,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_fuse(int argc, char **argv);
 int cmd_init(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 #endif

@@ -9,7 +9,9 @@ static const struct { const char *name; int (*run)(int, char **); const char *wh
     {"eval", cmd_eval, "test loss and perplexity of a model, with or without an adapter"},
     {"generate", cmd_generate, "sample text, with or without an adapter"},
     {"fuse", cmd_fuse, "merge an adapter into the base model; export PEFT or GGUF adapters"},
+    {"convert", cmd_convert, "quantize (MLX affine), dequantize or cast a model (mlx_lm.convert flags)"},
     {"init", cmd_init, "create a randomly initialised model directory from a preset"},
+    {"report", cmd_report, "write the HTML training report of a run from its adapter directory"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 #include "base/error.h"
+#include "kernels/matmul.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
 #define POS ARG_AT_LEAST(1, "a positive integer")
@@ -59,6 +60,9 @@ static const ArgSpec PLAN_SPECS[] = {
     {"workers", 0, ARG_INT, OFF(plan_workers), "N",
      "plan one worker's share of a data-parallel run of N workers; 0: this process's MPI world", NULL,
      ARG_AT_LEAST(0, "a non-negative integer")},
+    {"html", 0, ARG_STRING, OFF(plan_html), "FILE",
+     "also write the plan as a page: a stacked bar by buffer class, with each lever's beside it", NULL,
+     ARG_UNBOUNDED},
 };
 #undef TRAIN_FLAG_ROWS
 #undef POS
@@ -288,7 +292,7 @@ static bool was_set_in(const ArgTable *t, const TrainArgs *a, const char *name) 
 
 const ArgTable PLAN_ARGS_TABLE = {
     "plan",
-    "plan --model DIR --data DIR [train's flags] [--verbose] [--workers N]\n"
+    "plan --model DIR --data DIR [train's flags] [--verbose] [--workers N] [--html FILE]\n"
     "  the memory plan of the same `lmtune train` run, before any weight is loaded",
     PLAN_SPECS, sizeof PLAN_SPECS / sizeof PLAN_SPECS[0], true, train_yaml_hook, MLX_IGNORED_KEYS,
     TRAIN_EPILOG,
@@ -342,9 +346,17 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             spec->lora_keys |= 1u << p;
         }
     }
-    if (!strcmp(a->weights_dtype, "bf16")) spec->weight_dtype = DTYPE_BF16;
-    else if (!strcmp(a->weights_dtype, "f32")) spec->weight_dtype = DTYPE_F32;
-    else spec->weight_dtype = cfg->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    if (!strcmp(a->weights_dtype, "bf16")) {
+        if (!matmul_bf16_supported()) {
+            return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
+                             "AVX-512 on); use f32 or auto");
+        }
+        spec->weight_dtype = DTYPE_BF16;
+    } else if (!strcmp(a->weights_dtype, "f32")) {
+        spec->weight_dtype = DTYPE_F32;
+    } else {
+        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype);
+    }
     spec->training = true;
     out->model_dir = a->model;
     out->batch_size = a->batch_size;

@@ -63,6 +63,7 @@ typedef struct {
     /* lmtune plan only */
     bool plan_verbose;          /* --verbose: every buffer */
     int plan_workers;           /* --workers N: one worker's share; 0: the MPI world */
+    const char *plan_html;      /* --html FILE: the plan as a page */
     ArgResult parsed;
 } TrainArgs;
 

@@ -19,7 +19,10 @@ int jsonl_open(JsonlReader *r, const char *path, size_t max_line) {
     if (!r->fp) return error_set("%s: %s", path, strerror(errno));
     r->path = mem_strdup(path);
     r->chunk = mem_alloc(CHUNK_BYTES);
-    if (!r->path || !r->chunk) { jsonl_close(r); return -1; }
+    if (!r->path || !r->chunk) {
+        jsonl_close(r);
+        return -1;
+    }
     return 0;
 }
 
@@ -81,8 +84,10 @@ static int read_raw_line(JsonlReader *r, bool *too_long) {
         size_t take = nl ? (size_t)(nl - start) : avail;
         any = true;
         if (!*too_long) {
-            if (r->line_len + take > r->max_line + 1) *too_long = true; /* +1: a CR before LF */
-            else if (append_bytes(r, start, take) < 0) return -1;
+            if (r->line_len + take > r->max_line + 1)
+                *too_long = true; /* +1: a CR before LF */
+            else if (append_bytes(r, start, take) < 0)
+                return -1;
         }
         r->chunk_pos += take + (nl ? 1 : 0);
         if (nl) break;
@@ -111,12 +116,19 @@ int jsonl_next(JsonlReader *r, const char **line, size_t *len) {
                    JSONL_BAD;
         char *s = r->line;
         size_t n = r->line_len;
-        if (r->line_no == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) { s += 3; n -= 3; }
+        if (r->line_no == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+            s += 3;
+            n -= 3;
+        }
         const char *nul = memchr(s, 0, n);
-        if (nul) return error_set("%s:%ld: NUL byte at column %zu", r->path, r->line_no, (size_t)(nul - s) + 1), JSONL_BAD;
+        if (nul)
+            return error_set("%s:%ld: NUL byte at column %zu", r->path, r->line_no, (size_t)(nul - s) + 1), JSONL_BAD;
         size_t bad = utf8_first_invalid(s, n);
         if (bad < n) return error_set("%s:%ld: invalid UTF-8 at column %zu", r->path, r->line_no, bad + 1), JSONL_BAD;
-        if (is_blank(s, n)) { r->blank_lines++; continue; }
+        if (is_blank(s, n)) {
+            r->blank_lines++;
+            continue;
+        }
         if (jsonl_nesting_depth(s, n, JSONL_MAX_DEPTH) > JSONL_MAX_DEPTH)
             return error_set("%s:%ld: JSON nested deeper than %d levels", r->path, r->line_no, JSONL_MAX_DEPTH),
                    JSONL_BAD;
@@ -132,8 +144,10 @@ int jsonl_nesting_depth(const char *s, size_t len, int limit) {
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
         if (in_string) {
-            if (c == '\\') i++;
-            else if (c == '"') in_string = false;
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
         } else if (c == '"') {
             in_string = true;
         } else if (c == '[' || c == '{') {

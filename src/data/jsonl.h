@@ -11,17 +11,17 @@
 #include <stdio.h>
 
 #define JSONL_DEFAULT_MAX_LINE ((size_t)64 << 20) /* 64 MiB */
-#define JSONL_MAX_DEPTH 512                       /* [ and { nesting */
+#define JSONL_MAX_DEPTH 512 /* [ and { nesting */
 
 typedef struct {
     FILE *fp;
     char *path;
-    unsigned char *chunk;     /* read buffer */
+    unsigned char *chunk; /* read buffer */
     size_t chunk_len, chunk_pos;
-    char *line;               /* current line, NUL-terminated */
+    char *line; /* current line, NUL-terminated */
     size_t line_len, line_cap;
-    size_t max_line;          /* bytes, CR/LF excluded */
-    long line_no;             /* 1-based number of the line last returned */
+    size_t max_line; /* bytes, CR/LF excluded */
+    long line_no; /* 1-based number of the line last returned */
     size_t blank_lines;
     bool eof;
 } JsonlReader;

@@ -125,16 +125,44 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     return 0;
 }
 
-int model_check_tensors(const ModelConfig *c, const StModel *m) {
+void hf_embed_module(const ModelConfig *c, char *dst, size_t cap) {
+    snprintf(dst, cap, "%sembed_tokens", c->prefix);
+}
+
+void hf_head_module(const ModelConfig *c, char *dst, size_t cap) {
+    size_t n = strlen(c->head_name);
+    if (n > 7 && !strcmp(c->head_name + n - 7, ".weight")) n -= 7;
+    snprintf(dst, cap, "%.*s", (int)n, c->head_name);
+}
+
+int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const QuantConfig *qc) {
     ModelTensorSpec *specs;
     size_t n;
     TRY(model_tensor_specs(c, &specs, &n));
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = st_model_expect(m, specs[i].name, specs[i].ndim, specs[i].shape, NULL);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const ModelTensorSpec *s = &specs[i];
+        size_t len = strlen(s->name);
+        if (s->ndim == 2 && len > 7 && !strcmp(s->name + len - 7, ".weight")) {
+            /* a linear or embedding matrix: MLX-quantized, or plain */
+            char module[96];
+            snprintf(module, sizeof module, "%.*s", (int)(len - 7), s->name);
+            QuantParams qp;
+            rc = quant_module(qc, m, module, &qp);
+            if (rc == 1) {
+                QuantTensors qt;
+                rc = quant_module_tensors(m, module, s->shape[0], s->shape[1], &qp, &qt);
+                continue;
+            }
+            if (rc < 0) break;
+        }
+        rc = st_model_expect(m, s->name, s->ndim, s->shape, NULL);
+    }
     mem_free(specs);
     return rc;
 }
+
+int model_check_tensors(const ModelConfig *c, const StModel *m) { return model_check_tensors_quant(c, m, NULL); }
 
 void model_tensors_detect_prefix(ModelConfig *c, const StModel *m) {
     if (strcmp(c->prefix, "language_model.model.") != 0) return;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "formats/mlx_quant.h"
 
 /* The linear projections a block can have, in MLX-LM key order. A family
  * uses a subset (hf_block_projections): llama-like blocks q, k, v, o, gate,
@@ -60,6 +61,11 @@ typedef struct {
     int64_t shape[2];
 } ModelTensorSpec;
 
+/* Module paths (tensor names without ".weight") of the embedding table
+ * ("<prefix>embed_tokens") and of the untied LM head (head_name's module). */
+void hf_embed_module(const ModelConfig *c, char *dst, size_t cap);
+void hf_head_module(const ModelConfig *c, char *dst, size_t cap);
+
 /* Every tensor of the model in HF order (embedding, then per layer, then
  * final norm and lm_head unless tied). *out is heap (mem_free it). */
 int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n);
@@ -67,6 +73,10 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n);
  * the first problem is the error ("DIR/model.safetensors: tensor "NAME":
  * shape [64, 32] but config.json implies [64, 64]"). */
 int model_check_tensors(const ModelConfig *c, const StModel *m);
+/* The same for a model that may be MLX-quantized (qc from config.json, or
+ * NULL): a quantized module's codes, scales and biases are checked against
+ * its bits and group size instead (formats/mlx_quant.h). */
+int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const QuantConfig *qc);
 /* Multimodal Gemma 3 checkpoints keep the text weights under
  * "language_model.model." (as published) or, saved by recent transformers,
  * under "model.language_model.": points c->prefix (and the head's name) at

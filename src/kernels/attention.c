@@ -22,7 +22,10 @@
  * (batch, kv head), since a kv head's dk/dv gather all its query heads and
  * every dq row of those heads is written by that task alone: no races, no
  * atomics, and a fixed summation order (same bits for any thread count).
- * The workspace holds D_i = rowsum(dout * out) for every query row. */
+ * The workspace holds D_i = rowsum(dout * out) for every query row.
+ *
+ * Compiled twice in the portable build (kernels/isa.h): the AVX-512 compile
+ * adds the 4 x 64 register tile of tile_gemm. */
 /* -std=c11 turns off contraction of a*b+c into FMA; the micro-kernels
  * need it (twice the throughput), so this file opts back in. */
 #pragma GCC optimize("fp-contract=fast")
@@ -31,6 +34,7 @@
 
 #include "kernels/ops.h"
 #include "base/error.h"
+#include "kernels/isa.h"
 #include "kernels/vec.h"
 
 enum { TILE = 64, MAX_HEAD_DIM = 256 };
@@ -60,6 +64,10 @@ static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const f
         int n = 0;
         const v16 zero = splat16(0.0f);
         #define LOAD_C(p) (set ? zero : load16(p))
+#ifdef __AVX512F__
+        /* 4 x 64 of C and a row of B: 20 of the 32 zmm registers. Without
+         * AVX-512 (16 ymm registers) only the 4 x 16 loop below is used: the
+         * same sums in the same order, so the same bits. */
         for (; n + 64 <= n_end; n += 64) {
             v16 r00 = LOAD_C(c0 + n), r01 = LOAD_C(c0 + n + 16), r02 = LOAD_C(c0 + n + 32), r03 = LOAD_C(c0 + n + 48);
             v16 r10 = LOAD_C(c1 + n), r11 = LOAD_C(c1 + n + 16), r12 = LOAD_C(c1 + n + 32), r13 = LOAD_C(c1 + n + 48);
@@ -86,6 +94,7 @@ static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const f
             store16(c2 + n, r20); store16(c2 + n + 16, r21); store16(c2 + n + 32, r22); store16(c2 + n + 48, r23);
             store16(c3 + n, r30); store16(c3 + n + 16, r31); store16(c3 + n + 32, r32); store16(c3 + n + 48, r33);
         }
+#endif
         for (; n < n_end; n += 16) {
             v16 r0 = LOAD_C(c0 + n), r1 = LOAD_C(c1 + n), r2 = LOAD_C(c2 + n), r3 = LOAD_C(c3 + n);
             for (int k = k_begin; k < k_end; k++) {
@@ -176,18 +185,13 @@ static const float *tile_view(float *buf, int *ld, int Dp, const float *src, int
     return buf;
 }
 
-static inline v16 lane_index16(void) { return (v16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+VEC_INLINE v16 lane_index16(void) { return (v16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
 /* x where lo <= lane j + t < hi, else fill */
-static inline v16 keep_range16(v16 x, int j, int lo, int hi, float fill) {
+VEC_INLINE v16 keep_range16(v16 x, int j, int lo, int hi, float fill) {
     v16 col = lane_index16() + splat16((float)j);
     v16i keep = (col < splat16((float)hi)) & (col >= splat16((float)lo));
     return (v16)(((v16i)x & keep) | ((v16i)splat16(fill) & ~keep));
 }
-/* tanh for 16 lanes: 1 - 2 / (e^2y + 1), exact at the saturated ends */
-static inline v16 tanh16(v16 y) {
-    return splat16(1.0f) - splat16(2.0f) / (exp16(y + y) + splat16(1.0f));
-}
-
 /* Keys [lo, hi) of the tile starting at key k0 (krows keys) that query qi
  * sees: every key <= qi, and with a window only those > qi - window. */
 static inline void visible_range(int qi, int k0, int krows, int window, int *lo, int *hi) {
@@ -195,7 +199,7 @@ static inline void visible_range(int qi, int k0, int krows, int window, int *lo,
     *hi = h < krows ? h : krows;
     *lo = l > 0 ? l : 0;
 }
-static inline v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
+VEC_INLINE v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
 
 static int pad16(int D) { return (D + 15) & ~15; }
 
@@ -214,7 +218,7 @@ static int first_key_block(int q0, int window) {
     return k > 0 ? k / TILE : 0;
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
                        int B, int T, int H, int KVH, int D, const AttnParams *ap) {
     check_dims(H, KVH, D, "attention_forward");
     const int Dp = pad16(D), group = H / KVH, qblocks = (T + TILE - 1) / TILE;
@@ -298,12 +302,14 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
     }
 }
 
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D) {
     (void)KVH; (void)D;
     return (size_t)B * H * T; /* D_i per query row */
 }
+#endif
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *out, const float *lse, float *workspace,
                         int B, int T, int H, int KVH, int D, const AttnParams *ap) {
     check_dims(H, KVH, D, "attention_backward");

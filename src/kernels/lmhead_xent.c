@@ -6,30 +6,34 @@
  *
  * Scratch (lmhead_scratch_floats floats, all of it used by this file, none
  * through matmul_set_scratch):
- *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for a BF16 weight)
- *   logits (chunk, V)  logits, then dlogits (for a BF16 weight, each row's
+ *   rows   (chunk, C)  gathered inputs (as bf16 in its first half for bf16 products)
+ *   logits (chunk, V)  logits, then dlogits (for bf16 products, each row's
  *                      dlogits are rounded to bf16 in place, in the first half
  *                      of the row, and read with a row stride of 2V bf16)
- *   drows  (chunk, C)  dinp of the gathered rows before the scatter */
+ *   drows  (chunk, C)  dinp of the gathered rows before the scatter
+ *
+ * Soft-capped logits (Gemma 2's final_logit_softcapping: cap * tanh(z / cap))
+ * are capped in place before the softmax; their dlogits take the factor
+ * 1 - tanh^2 = 1 - (capped / cap)^2 from the capped value.
+ *
+ * Compiled twice in the portable build (kernels/isa.h): the softmax's
+ * exponentials run on 16-float vectors, one register with AVX-512. */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 #include "base/error.h"
 
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 size_t lmhead_scratch_floats(int chunk, int C, int V) {
     return (size_t)chunk * (2 * (size_t)C + (size_t)V);
 }
+#endif
 
-/* tanh for 16 lanes: 1 - 2 / (e^2y + 1), exact at the saturated ends */
-static inline v16 tanh16(v16 y) {
-    return splat16(1.0f) - splat16(2.0f) / (exp16(y + y) + splat16(1.0f));
-}
-
-/* Soft-capping in place: z = cap * tanh(z / cap). The gradient factor
- * 1 - tanh^2 = 1 - (z / cap)^2 is formed later from the capped value. */
+/* Soft-capping in place: z = cap * tanh(z / cap). */
 static void softcap_row(float *z, int V, float cap) {
     int j = 0;
     v16 c = splat16(cap);
@@ -64,7 +68,8 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     v16 ic16 = splat16(icap), one = splat16(1.0f);
     if (!bf16_out) {
         for (j = 0; j + 16 <= V; j += 16) {
-            v16 zv = load16(z + j), g = exp16(zv - l16) * s16;
+            v16 zv = load16(z + j);
+            v16 g = exp16(zv - l16) * s16;
             if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
             if (cap > 0.0f) g *= one - zv * ic16 * (zv * ic16);
             store16(z + j, g);
@@ -79,7 +84,8 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     }
     uint16_t *dst = (uint16_t *)(void *)z;
     for (j = 0; j + 16 <= V; j += 16) {
-        v16 zv = load16(z + j), g = exp16(zv - l16) * s16;
+        v16 zv = load16(z + j);
+        v16 g = exp16(zv - l16) * s16;
         if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
         if (cap > 0.0f) g *= one - zv * ic16 * (zv * ic16);
         store16_bf16(dst + j, g);
@@ -93,11 +99,11 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     return loss;
 }
 
-double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *weight, DType wtype,
-                   const int *targets, const float *row_weight, float *scratch,
-                   float softcap, int chunk, int N, int C, int V) {
-    if (wtype != DTYPE_F32 && wtype != DTYPE_BF16)
-        die("lmhead_xent.c: weight dtype %s not supported (F32 or BF16)", dtype_name(wtype));
+double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w,
+                           const int *targets, const float *row_weight, float *scratch, float softcap, int chunk,
+                           int N) {
+    int C = w->cols, V = w->rows;
+    bool bf = w->compute == DTYPE_BF16;
     if (chunk <= 0) die("lmhead_xent.c: chunk %d must be positive", chunk);
     float *rows = scratch, *logits = rows + (size_t)chunk * C, *drows = logits + (size_t)chunk * V;
     int idx[chunk];
@@ -115,7 +121,7 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
             idx[n++] = next;
         }
         if (n == 0) break;
-        if (wtype == DTYPE_BF16) {
+        if (bf) {
             uint16_t *rows16 = (uint16_t *)(void *)rows;
             #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
             for (int r = 0; r < n; r++) {
@@ -125,27 +131,26 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
                 for (; c + 16 <= C; c += 16) store16_bf16(dst + c, load16(src + c));
                 for (; c < C; c++) dst[c] = f32_to_bf16(src[c]);
             }
-            linear_forward_bf16_input(logits, rows16, weight, NULL, n, C, V);
+            fw_linear_forward(logits, NULL, rows16, w, NULL, n);
         } else {
             for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
-            linear_forward(logits, rows, weight, DTYPE_F32, NULL, n, C, V);
+            fw_linear_forward(logits, rows, NULL, w, NULL, n);
         }
         double chunk_loss[chunk];
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < n; r++) {
             float *z = logits + (size_t)r * V;
-            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, wtype == DTYPE_BF16,
-                                     softcap);
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, bf, softcap);
         }
         for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
             total += (double)row_weight[idx[r]] * chunk_loss[r];
             if (row_loss) row_loss[idx[r]] = (float)chunk_loss[r];
         }
         if (!want_grad) continue;
-        if (wtype == DTYPE_BF16)
-            linear_backward_dinp_bf16_dout(drows, (const uint16_t *)(const void *)logits, 2 * (size_t)V, weight, 0.0f, n, C, V);
+        if (bf)
+            fw_linear_backward_dinp(drows, 0.0f, NULL, (const uint16_t *)(const void *)logits, 2 * (size_t)V, w, n);
         else
-            gemm_f32(drows, logits, weight, n, C, V, false, false, 1.0f, 0.0f);
+            fw_linear_backward_dinp(drows, 0.0f, logits, NULL, 0, w, n);
         #pragma omp parallel for schedule(static) if ((size_t)n * C > 32768)
         for (int r = 0; r < n; r++) {
             float *dst = dinp + (size_t)idx[r] * C;
@@ -156,8 +161,11 @@ double lmhead_xent(float *dinp, float *row_loss, const float *inp, const void *w
     return total;
 }
 
-void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, float softcap, int N, int C, int V) {
-    linear_forward(out, inp, weight, wtype, NULL, N, C, V);
-    if (softcap > 0.0f)
-        for (int n = 0; n < N; n++) softcap_row(out + (size_t)n * V, V, softcap);
+#ifndef LT_ISA_AVX512
+void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, float softcap, int N) {
+    fw_linear_forward(out, inp, NULL, w, NULL, N);
+    if (softcap > 0.0f) {
+        for (int n = 0; n < N; n++) softcap_row(out + (size_t)n * w->rows, w->rows, softcap);
+    }
 }
+#endif

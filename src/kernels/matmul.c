@@ -21,7 +21,6 @@
 #include "kernels/matmul.h"
 
 #include <dnnl.h>
-#include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "kernels/isa.h"
 
 #define MM_CACHE_SLOTS 256
 
@@ -36,7 +36,7 @@ typedef struct {
     /* key */
     int64_t M, N, K;
     int transA, transB;
-    int64_t lda; /* row stride of a non-transposed A, in elements */
+    int64_t lda, ldb, ldc; /* row strides of A, B (as stored) and C, in elements */
     dnnl_data_type_t a_type, b_type;
     float alpha, beta;
     int has_bias;
@@ -93,10 +93,39 @@ long matmul_primitives_created(void) {
 
 static void mm_init_locked(void) {
     if (mm_ready) return;
+    isa_init(); /* LMTUNE_NO_AVX512 caps oneDNN's ISA before its first use */
     DNNL_CHECK(dnnl_engine_create(&mm_engine, dnnl_cpu, 0));
     DNNL_CHECK(dnnl_stream_create(&mm_stream, mm_engine, dnnl_stream_default_flags));
     mm_profile = getenv("LMTUNE_MATMUL_PROFILE") != NULL;
     mm_ready = 1;
+}
+
+static int mm_bf16_ok = -1; /* -1: not asked yet */
+
+bool matmul_bf16_supported(void) {
+    pthread_mutex_lock(&mm_lock);
+    mm_init_locked();
+    if (mm_bf16_ok < 0) {
+        dnnl_memory_desc_t a_md, b_md, c_md;
+        dnnl_dims_t dims = {16, 16};
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&a_md, 2, dims, dnnl_bf16, dnnl_ab));
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&b_md, 2, dims, dnnl_bf16, dnnl_ab));
+        DNNL_CHECK(dnnl_memory_desc_init_by_tag(&c_md, 2, dims, dnnl_f32, dnnl_ab));
+        dnnl_matmul_desc_t desc;
+        DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
+        dnnl_primitive_desc_t pd;
+        mm_bf16_ok = dnnl_primitive_desc_create(&pd, &desc, NULL, mm_engine, NULL) == dnnl_success;
+        if (mm_bf16_ok) {
+            dnnl_primitive_desc_destroy(pd);
+        }
+    }
+    bool ok = mm_bf16_ok;
+    pthread_mutex_unlock(&mm_lock);
+    return ok;
+}
+
+DType matmul_weight_dtype(DType stored) {
+    return stored == DTYPE_BF16 && matmul_bf16_supported() ? DTYPE_BF16 : DTYPE_F32;
 }
 
 /* CPU seconds of the whole process (all threads): on a shared, loaded
@@ -140,21 +169,22 @@ static void mm_slot_release(MatmulSlot *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Row-major (rows, cols) matrix, or its transpose seen through strides:
- * logical (rows, cols) stored as (cols, rows). */
+/* Row-major (rows, cols) matrix with rows ld apart, or its transpose seen
+ * through strides: logical (rows, cols) stored as (cols, rows), rows of the
+ * stored matrix ld apart. */
 static void mm_desc(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, int64_t ld, dnnl_data_type_t t) {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides;
-    if (trans) { strides[0] = 1; strides[1] = rows; }
-    else { strides[0] = ld; strides[1] = 1; }
+    strides[0] = trans ? 1 : ld;
+    strides[1] = trans ? ld : 1;
     DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides));
 }
 
 static void mm_slot_create(MatmulSlot *s) {
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
     mm_desc(&a_md, s->M, s->K, s->transA, s->lda, s->a_type);
-    mm_desc(&b_md, s->K, s->N, s->transB, s->N, s->b_type);
-    mm_desc(&c_md, s->M, s->N, 0, s->N, dnnl_f32);
+    mm_desc(&b_md, s->K, s->N, s->transB, s->ldb, s->b_type);
+    mm_desc(&c_md, s->M, s->N, 0, s->ldc, dnnl_f32);
     if (s->has_bias) mm_desc(&bias_md, 1, s->N, 0, s->N, dnnl_f32);
 
     dnnl_matmul_desc_t desc;
@@ -195,15 +225,16 @@ static void mm_slot_create(MatmulSlot *s) {
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C (+ bias broadcast over rows).
  * Caller holds mm_lock. */
-static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA, int64_t lda,
-                          const void *B, dnnl_data_type_t b_type, int transB,
-                          const float *bias, int M, int N, int K, float alpha, float beta) {
+static void mm_run_ld_locked(float *C, int64_t ldc, const void *A, dnnl_data_type_t a_type, int transA, int64_t lda,
+                             const void *B, dnnl_data_type_t b_type, int transB, int64_t ldb,
+                             const float *bias, int M, int N, int K, float alpha, float beta) {
     mm_init_locked();
     MatmulSlot *hit = NULL, *victim = &mm_cache[0];
     for (int i = 0; i < MM_CACHE_SLOTS; i++) {
         MatmulSlot *s = &mm_cache[i];
         if (!s->used) { if (victim->used) victim = s; continue; }
         if (s->M == M && s->N == N && s->K == K && s->transA == transA && s->transB == transB && s->lda == lda &&
+            s->ldb == ldb && s->ldc == ldc &&
             s->a_type == a_type && s->b_type == b_type && s->alpha == alpha && s->beta == beta &&
             s->has_bias == (bias != NULL)) { hit = s; break; }
         if (victim->used && s->last_use < victim->last_use) victim = s;
@@ -212,7 +243,11 @@ static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, 
         mm_slot_release(victim);
         hit = victim;
         hit->M = M; hit->N = N; hit->K = K;
-        hit->transA = transA; hit->transB = transB; hit->lda = lda;
+        hit->transA = transA;
+        hit->transB = transB;
+        hit->lda = lda;
+        hit->ldb = ldb;
+        hit->ldc = ldc;
         hit->a_type = a_type; hit->b_type = b_type;
         hit->alpha = alpha; hit->beta = beta;
         hit->has_bias = bias != NULL;
@@ -238,7 +273,21 @@ static void mm_run_lda_locked(float *C, const void *A, dnnl_data_type_t a_type, 
 static void mm_run_locked(float *C, const void *A, dnnl_data_type_t a_type, int transA,
                           const void *B, dnnl_data_type_t b_type, int transB,
                           const float *bias, int M, int N, int K, float alpha, float beta) {
-    mm_run_lda_locked(C, A, a_type, transA, K, B, b_type, transB, bias, M, N, K, alpha, beta);
+    mm_run_ld_locked(C, N, A, a_type, transA, transA ? M : K, B, b_type, transB, transB ? K : N,
+                     bias, M, N, K, alpha, beta);
+}
+
+void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA,
+                    const void *B, size_t ldb, bool transB, DType ab, const float *bias,
+                    int M, int N, int K, float alpha, float beta) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    if (ab != DTYPE_F32 && ab != DTYPE_BF16)
+        die("matmul.c: matmul_strided: operand dtype %s (F32 or BF16)", dtype_name(ab));
+    dnnl_data_type_t t = ab == DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
+    pthread_mutex_lock(&mm_lock);
+    mm_run_ld_locked(C, (int64_t)ldc, A, t, transA, (int64_t)lda, B, t, transB, (int64_t)ldb, bias, M, N, K,
+                     alpha, beta);
+    pthread_mutex_unlock(&mm_lock);
 }
 
 void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
@@ -251,35 +300,6 @@ void gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
     pthread_mutex_lock(&mm_lock);
     mm_run_locked(C, A, dnnl_f32, transA, B, dnnl_f32, transB, NULL, M, N, K, alpha, beta);
     pthread_mutex_unlock(&mm_lock);
-}
-
-#ifdef __AVX512F__
-/* 16 floats to bf16 exactly as f32_to_bf16 does (nearest even, NaN stays a
- * quiet NaN, subnormals rounded, not flushed as vcvtneps2bf16 would). */
-static inline __m256i mm_bf16_x16(__m512i u) {
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-        _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))), 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
-#endif
-
-/* Rounds n floats to bf16 (nearest even), in parallel for large n; 16 at a
- * time with AVX-512 (the scalar loop does not vectorize: it was a
- * measurable part of a bf16 step, ~625 M conversions). */
-void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-#ifdef __AVX512F__
-    size_t blocks = n / 16;
-    #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t b = 0; b < blocks; b++)
-        _mm256_storeu_si256((__m256i *)(dst + 16 * b), mm_bf16_x16(_mm512_loadu_si512(src + 16 * b)));
-    for (size_t i = blocks * 16; i < n; i++) dst[i] = f32_to_bf16(src[i]);
-#else
-    #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
-#endif
 }
 
 static uint16_t *mm_bf16_operand(const float *src, size_t rows, size_t cols, const char *who) {
@@ -331,7 +351,8 @@ void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld
                                     float beta, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     pthread_mutex_lock(&mm_lock);
-    mm_run_lda_locked(dinp, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, NULL, N, C, OC, 1.0f, beta);
+    mm_run_ld_locked(dinp, C, dout, dnnl_bf16, 0, (int64_t)ld_dout, weight, dnnl_bf16, 0, C, NULL, N, C, OC,
+                     1.0f, beta);
     pthread_mutex_unlock(&mm_lock);
 }
 

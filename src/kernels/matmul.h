@@ -65,6 +65,15 @@ void matmul_profile_report(bool print);
 /* Destroys every cached primitive and the engine (end of program, tests). */
 void matmul_release_all(void);
 
+/* Whether oneDNN multiplies bf16 on this CPU: it has bf16 kernels from
+ * AVX-512 on (AVX512_CORE, native with AVX512_BF16), none below (oneDNN 2.6
+ * on AVX2, or with LMTUNE_NO_AVX512); asked once. */
+bool matmul_bf16_supported(void);
+/* The dtype frozen matrices stored as `stored` are multiplied in by
+ * default: BF16 where bf16 products exist, else F32 (so a bf16 model runs
+ * everywhere, converted at load where bf16 products do not exist). */
+DType matmul_weight_dtype(DType stored);
+
 /* Rounds n floats to bf16 (nearest even); OpenMP-parallel for large n. */
 void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 /* Rounds src (rows, cols) to bf16 into the conversion scratch set by
@@ -80,4 +89,12 @@ void linear_forward_bf16_input(float *out, const uint16_t *inp, const void *weig
  * apart) @ weight (OC, C, BF16) + beta * dinp; uses no matmul scratch. */
 void linear_backward_dinp_bf16_dout(float *dinp, const uint16_t *dout, size_t ld_dout, const void *weight_bf16,
                                     float beta, int N, int C, int OC);
+/* C (M, N), rows ldc apart, = alpha op(A) op(B) + beta C (+ bias (N) or
+ * NULL). A and B are both F32 or both BF16 (ab); lda and ldb are the row
+ * strides of A and B as stored: A (M, K) or, transposed, (K, M); B (K, N)
+ * or, transposed, (N, K). The frozen-weight panels (frozen_weight.c) use it
+ * to write or read a slice of columns of a larger matrix. */
+void matmul_strided(float *C, size_t ldc, const void *A, size_t lda, bool transA,
+                    const void *B, size_t ldb, bool transB, DType ab, const float *bias,
+                    int M, int N, int K, float alpha, float beta);
 #endif

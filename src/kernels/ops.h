@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include "base/dtype.h"
 #include "base/rope_scaling.h"
+#include "kernels/frozen_weight.h"
 
 /* --- embedding --- */
 void embedding_forward(float *out,         /* (N, C) */
@@ -102,27 +103,28 @@ void swiglu_backward(float *dgate, float *dup,   /* += */
 
 /* --- LM head + cross-entropy, in chunks of rows: the (N, V) logits never
  *     exist, only (chunk, V) at a time. softcap > 0: the logits are
- *     softcap * tanh(z / softcap) (Gemma 2's final_logit_softcapping). Row i counts with weight row_weight[i]
+ *     softcap * tanh(z / softcap) (Gemma 2's final_logit_softcapping).
+ *     Row i counts with weight row_weight[i]
  *     (0 = skipped, no logits computed for it). Returns
  *     sum_i row_weight[i] * (logsumexp(z_i) - z_i[target_i]), z_i = inp_i W^T,
  *     in double. When dinp != NULL, dinp += d(that sum)/d(inp).
  *     row_loss[i] (if given) is the UNweighted loss of row i, 0 for skipped rows.
- *     The scratch covers everything, including the bf16 copies of the BF16
- *     weight path (it does not use matmul_set_scratch's buffer):
- *     chunk * (2 C + V) floats. With a BF16 weight the dlogits are rounded to
- *     bf16 before dinp = dlogits W. Targets outside [0, V) of counted rows
+ *     The scratch covers everything, including the bf16 copies of the bf16
+ *     product path (it does not use matmul_set_scratch's buffer):
+ *     chunk * (2 C + V) floats. With bf16 products (w->compute BF16) the
+ *     dlogits are rounded to bf16 before dinp = dlogits W. Targets outside [0, V) of counted rows
  *     are a caller bug (die). --- */
 double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    float *row_loss,         /* (N) per-row loss, or NULL */
                    const float *inp,        /* (N, C) final-norm output */
-                   const void *weight,      /* (V, C) in dtype wtype */
-                   DType wtype,
+                   const FrozenWeight *w,   /* (V, C): plain or packed (kernels/frozen_weight.h) */
                    const int *targets,      /* (N) */
                    const float *row_weight, /* (N) */
                    float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
-                   float softcap, int chunk, int N, int C, int V);
+                   float softcap, int chunk, int N);
 size_t lmhead_scratch_floats(int chunk, int C, int V);
-/* Plain logits for generation: out (N, V) = inp W^T. A BF16 weight goes
- * through linear_forward, so it needs matmul scratch for (N, C). */
-void lmhead_logits(float *out, const float *inp, const void *weight, DType wtype, float softcap, int N, int C, int V);
+/* Plain logits for generation: out (N, V) = inp (N, C) W^T, soft-capped as
+ * lmhead_xent when softcap > 0. A bf16 product needs the matmul conversion
+ * scratch for (N, C). */
+void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, float softcap, int N);
 #endif

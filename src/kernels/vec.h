@@ -4,6 +4,13 @@
  * src/kernels. */
 #ifndef LT_KERNELS_VEC_H
 #define LT_KERNELS_VEC_H
+#include "base/dtype.h"
+
+/* Without AVX-512 (the portable baseline) a 64-byte vector is two AVX2
+ * registers, and GCC notes that passing one to a function has another ABI
+ * there (-Wpsabi, off in the Makefile). These are always inlined, so no
+ * such call exists, also at -O1 (the sanitizer builds). */
+#define VEC_INLINE static inline __attribute__((always_inline))
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4))); /* unaligned access */
@@ -12,15 +19,15 @@ typedef unsigned v16w __attribute__((vector_size(64)));
 typedef unsigned short v16h __attribute__((vector_size(32)));
 typedef unsigned short v16hu __attribute__((vector_size(32), aligned(2)));
 
-static inline v16 load16(const float *p) { return *(const v16u *)p; }
-static inline void store16(float *p, v16 v) { *(v16u *)p = v; }
-static inline v16 splat16(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+VEC_INLINE v16 load16(const float *p) { return *(const v16u *)p; }
+VEC_INLINE void store16(float *p, v16 v) { *(v16u *)p = v; }
+VEC_INLINE v16 splat16(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 /* e^x for 16 lanes: Cody-Waite reduction x = n ln2 + r, Cephes polynomial
  * for e^r, 2^n through the exponent bits; relative error ~2e-7. Inputs are
  * clamped to [-87.3, 88] (so -inf gives ~1e-38, not 0: callers zero masked
  * entries themselves, and +inf gives 1.65e38); NaN stays NaN. */
-static inline v16 exp16(v16 x) {
+VEC_INLINE v16 exp16(v16 x) {
     const v16 hi = splat16(88.0f), lo = splat16(-87.3365447504f); /* 2^n stays finite */
     v16i too_hi = x > hi, too_lo = x < lo;
     x = (v16)(((v16i)x & ~too_hi) | ((v16i)hi & too_hi));
@@ -39,14 +46,18 @@ static inline v16 exp16(v16 x) {
     return p * (v16)e;
 }
 
-/* 16 floats rounded to bf16 exactly as f32_to_bf16 (dtype.h) does: nearest
- * even, NaN stays a quiet NaN, subnormals rounded, not flushed. */
-static inline void store16_bf16(unsigned short *dst, v16 x) {
+/* tanh for 16 lanes: 1 - 2 / (e^2y + 1), exact at the saturated ends
+ * (soft-capping of attention scores and of the final logits). */
+VEC_INLINE v16 tanh16(v16 y) {
+    return splat16(1.0f) - splat16(2.0f) / (exp16(y + y) + splat16(1.0f));
+}
+
+/* 16 floats rounded to bf16 by the rule of f32_to_bf16 (base/dtype.h,
+ * LT_BF16_ROUND): the same expression, lane by lane. */
+VEC_INLINE void store16_bf16(unsigned short *dst, v16 x) {
     v16w u = (v16w)x;
-    v16w rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     v16w nan = (v16w)((u & 0x7fffffffu) > 0x7f800000u);
-    v16w quiet = (u >> 16) | 0x40u;
-    *(v16hu *)dst = __builtin_convertvector((rounded & ~nan) | (quiet & nan), v16h);
+    *(v16hu *)dst = __builtin_convertvector(LT_BF16_ROUND(u, nan), v16h);
 }
 
 #endif

@@ -38,10 +38,21 @@ static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, in
     return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
 }
 
+/* The number of distinct batch widths of the run's data sets, or -1 (out of
+ * memory: error set). */
 static int distinct_widths(const RunShape *a, const RunInputs *in) {
-    int n = batch_distinct_widths(in->train, a->batch_size, a->max_seq_length);
-    if (in->valid) n += batch_distinct_widths(in->valid, a->batch_size, a->max_seq_length);
-    if (in->test && a->test) n += batch_distinct_widths(in->test, a->batch_size, a->max_seq_length);
+    const Dataset *sets[3] = { in->train, in->valid, in->test && a->test ? in->test : NULL };
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!sets[i]) {
+            continue;
+        }
+        int k = batch_distinct_widths(sets[i], a->batch_size, a->max_seq_length);
+        if (k < 0) {
+            return -1;
+        }
+        n += k;
+    }
     return n;
 }
 
@@ -60,14 +71,12 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     int world = in->world > 0 ? in->world : 1;
     run_model_spec(a, in, spec);
     Carver cv = {NULL, plan};
-    /* Plan for the dtype the matrices really have in the file (config.json's
-     * torch_dtype may say otherwise): read from the safetensors header. */
-    StModel st;
-    TRY(st_model_open(&st, a->model_dir, true));
-    const StTensor *emb = st_model_find(&st, "model.embed_tokens.weight");
-    DType file_dtype = emb ? emb->dtype : in->cfg->torch_dtype;
-    st_model_close(&st);
-    TRY(model_layout_dtype(in->cfg, spec, file_dtype, &cv));
+    /* Plan for the matrices as they really are in the file (config.json's
+     * torch_dtype may say otherwise; quantized modules): read from the
+     * safetensors headers and config.json's quantization. */
+    WeightsSummary ws;
+    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
+    TRY(model_layout_summary(in->cfg, spec, &ws, &cv));
     TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
     TrainableTensor *list; size_t n;
     TRY(model_trainable_list(in->cfg, spec, &list, &n));
@@ -81,7 +90,9 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     if (in->test && a->test) data += dataset_bytes(in->test);
     TRY(plan_note(plan, MEM_DATASET, "tokenised train/valid/test sets", data, false));
     TRY(plan_note(plan, MEM_DATASET, "batch buffers", batch_iter_bytes(in->train, a->batch_size, a->max_seq_length, world) * 3, false));
-    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, distinct_widths(a, in)), false));
+    int widths = distinct_widths(a, in);
+    TRY(widths);
+    TRY(plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad and JIT code", library_scratch_bytes(in->cfg, spec, widths), false));
     if (world > 1) /* Open MPI's all-reduce of the gradient block works through a buffer of its size */
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce buffer", plan_class_bytes(plan, MEM_GRADIENTS), false));
     TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
@@ -119,6 +130,66 @@ size_t run_plan_total(const RunShape *v, const RunInputs *in) {
     return t;
 }
 
+int run_levers(const RunShape *a, const RunInputs *in, RunLever *lever) {
+    int nl = 0;
+    RunShape *v;
+    if (a->batch_size > 1) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->batch_size = a->batch_size / 2;
+        v->grad_accumulation_steps = a->grad_accumulation_steps * 2;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--batch-size %d --grad-accumulation-steps %d",
+                 v->batch_size, v->grad_accumulation_steps);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+        if (a->batch_size > 2) {
+            v = &lever[nl].shape;
+            *v = *a;
+            v->batch_size = 1;
+            v->grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
+            snprintf(lever[nl].what, sizeof lever[nl].what, "--batch-size 1 --grad-accumulation-steps %d",
+                     v->grad_accumulation_steps);
+            lever[nl].total = run_plan_total(v, in);
+            nl++;
+        }
+    }
+    if (!a->grad_checkpoint) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->grad_checkpoint = true;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--grad-checkpoint");
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
+    if (layers > 1) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--num-layers %d", v->spec.num_layers);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    int width = run_max_width(a, in);
+    if (width > 64) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->max_seq_length = (width - 1) / 2;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--max-seq-length %d", v->max_seq_length);
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    if (a->spec.weight_dtype != DTYPE_BF16 && matmul_bf16_supported()) {
+        v = &lever[nl].shape;
+        *v = *a;
+        v->spec.weight_dtype = DTYPE_BF16;
+        snprintf(lever[nl].what, sizeof lever[nl].what, "--weights-dtype bf16");
+        lever[nl].total = run_plan_total(v, in);
+        nl++;
+    }
+    return nl;
+}
+
 int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan) {
     size_t total = plan_total(plan);
     if (!a->memory_limit || total <= a->memory_limit) return 0;
@@ -136,42 +207,8 @@ int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan)
         cls[best] = 0;
     }
     k += (size_t)snprintf(msg + k, sizeof msg - k, ". Levers (planned total with each):");
-    RunShape v;
-    struct { const char *what; size_t total; } lever[8];
-    int nl = 0;
-    char what[8][96];
-    if (a->batch_size > 1) {
-        v = *a; v.batch_size = a->batch_size / 2; v.grad_accumulation_steps = a->grad_accumulation_steps * 2;
-        snprintf(what[nl], 96, "--batch-size %d --grad-accumulation-steps %d", v.batch_size, v.grad_accumulation_steps);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-        if (a->batch_size > 2) {
-            v = *a; v.batch_size = 1; v.grad_accumulation_steps = a->grad_accumulation_steps * a->batch_size;
-            snprintf(what[nl], 96, "--batch-size 1 --grad-accumulation-steps %d", v.grad_accumulation_steps);
-            lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-        }
-    }
-    if (!a->grad_checkpoint) {
-        v = *a; v.grad_checkpoint = true;
-        snprintf(what[nl], 96, "--grad-checkpoint");
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    int layers = a->spec.num_layers <= 0 ? in->cfg->num_hidden_layers : a->spec.num_layers;
-    if (layers > 1) {
-        v = *a; v.spec.num_layers = layers > 8 ? layers / 2 : layers > 4 ? 4 : 1;
-        snprintf(what[nl], 96, "--num-layers %d", v.spec.num_layers);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    int width = run_max_width(a, in);
-    if (width > 64) {
-        v = *a; v.max_seq_length = (width - 1) / 2;
-        snprintf(what[nl], 96, "--max-seq-length %d", v.max_seq_length);
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
-    if (a->spec.weight_dtype != DTYPE_BF16) {
-        v = *a; v.spec.weight_dtype = DTYPE_BF16;
-        snprintf(what[nl], 96, "--weights-dtype bf16");
-        lever[nl].what = what[nl]; lever[nl].total = run_plan_total(&v, in); nl++;
-    }
+    RunLever lever[RUN_MAX_LEVERS];
+    int nl = run_levers(a, in, lever);
     for (int i = 0; i < nl; i++) {
         if (!lever[i].total) continue;
         bool fits = lever[i].total <= a->memory_limit;

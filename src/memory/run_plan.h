@@ -60,6 +60,18 @@ size_t run_plan_total(const RunShape *s, const RunInputs *in);
  * limit (then checkpointing if needed) and sets the accumulation steps so
  * that the effective batch is kept; prints what it chose and why. */
 int run_choose_batch(RunShape *s, const RunInputs *in, FILE *out);
+/* One lever of a run that does not fit: the same run with one knob pulled. */
+#define RUN_MAX_LEVERS 8
+typedef struct {
+    char what[96];              /* the flags that pull it: "--grad-checkpoint" */
+    RunShape shape;
+    size_t total;               /* its planned total; 0 when it cannot be built */
+} RunLever;
+/* The levers that apply to s: half the micro-batch with twice the
+ * accumulation (and a micro-batch of 1), checkpointing, fewer trainable
+ * blocks, half the sequence length, bf16 frozen weights. Returns how many
+ * (at most RUN_MAX_LEVERS) were written to lever[]. */
+int run_levers(const RunShape *s, const RunInputs *in, RunLever *lever);
 /* -1 with an error naming the largest components and each lever's total
  * when the plan exceeds the memory limit; 0 when it fits or there is none. */
 int run_check_limit(const RunShape *s, const RunInputs *in, const MemPlan *plan);

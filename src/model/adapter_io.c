@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/safetensors.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -83,12 +84,17 @@ int model_open_inference(Model **out, Arena *arena, const char *model_dir, const
     spec.max_rows = rows;
     spec.max_tokens = tokens;
     spec.kv_cache_tokens = kv_tokens;
-    spec.weight_dtype = cfg.torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    spec.weight_dtype = matmul_weight_dtype(cfg.torch_dtype);
     spec.training = false;
     if (adapter_dir) TRY(adapter_spec_from_dir(adapter_dir, &spec));
+    WeightsSummary ws;
+    TRY(model_weights_summary(model_dir, &cfg, &ws));
     MemPlan plan = {0};
     Carver cv = {NULL, &plan};
-    if (model_layout(&cfg, &spec, &cv) < 0) { plan_free(&plan); return -1; }
+    if (model_layout_summary(&cfg, &spec, &ws, &cv) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
     size_t bytes = plan_arena_bytes(&plan);
     plan_free(&plan);
     TRY(arena_init(arena, bytes));

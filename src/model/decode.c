@@ -146,7 +146,7 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
     /* final norm and logits of the last position only */
     const float *last = x + (size_t)(rows - 1) * d->C;
     rmsnorm_forward(m->dec.ln1, m->dec.rstd1, last, m->final_norm, d->norm_off, m->cfg.rms_norm_eps, 1, d->C);
-    lmhead_logits(logits, m->dec.ln1, m->lm_head, m->lm_head_t, (float)m->cfg.final_softcap, 1, d->C, d->V);
+    lmhead_logits(logits, m->dec.ln1, &m->lm_head, (float)m->cfg.final_softcap, 1);
     m->d.dropout = drop;
     return 0;
 }

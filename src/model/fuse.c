@@ -13,7 +13,10 @@
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/model_tensors.h"
+#include "formats/mlx_quant.h"
 #include "formats/safetensors.h"
+#include "kernels/dequant.h"
+#include "kernels/frozen_weight.h"
 #include "kernels/matmul.h"
 #include <jansson.h>
 #include <math.h>
@@ -163,14 +166,107 @@ out:
     return rc;
 }
 
-static size_t tensor_bytes(const StTensor *t) { return t->end - t->begin; }
+static size_t write_bytes(const StWriteTensor *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n * (size_t)dtype_bits(t->dtype) / 8;
+}
 
-int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes) {
+/* The new scales and biases of a re-quantized module, found by its stem
+ * when the loop reaches them. */
+typedef struct { char stem[224]; void *scales, *biases; } Requant;
+
+/* Quantized module `stem` of the base: dequantized (as MLX: the values in
+ * the scales' dtype), merged with the adapter in fp32 when there is one,
+ * then re-quantized with the module's bits and group size into codes,
+ * scales and biases (*rq), or, with dequantize, left as a dense matrix of
+ * the scales' dtype (*dense). */
+static int fuse_quantized(const StModel *base, const char *stem, const QuantParams *qp, const WeightAdapter *wa,
+                          const AdapterConfig *ac, const StFile *ad, bool dequantize, void **codes_out,
+                          void **dense_out, Requant *rq, int64_t *rows_out, int64_t *cols_out) {
+    char nm[240];
+    snprintf(nm, sizeof nm, "%s.weight", stem);
+    const StTensor *codes = st_model_find(base, nm);
+    int64_t rows = codes->shape[0], cols = codes->shape[1] * 32 / qp->bits;
+    QuantTensors qt;
+    TRY(quant_module_tensors(base, stem, rows, cols, qp, &qt));
+    if (wa && wa->full)
+        return error_set("%s: %s: a full fine-tune cannot be merged into a quantized module", ad->path, nm);
+    if (wa && wa->a) TRY(check_lora_shapes(ad, nm, wa, ac, rows, cols));
+    DType dt = qt.scales->dtype;
+    size_t n = (size_t)rows * (size_t)cols;
+    float *w = mem_alloc(n * sizeof(float));
+    TRY_PTR(w);
+    FrozenWeight fw = fw_affine(qt.codes->data, qt.scales->data, qt.biases->data, dt, qp->bits, qp->group,
+                                (int)rows, (int)cols);
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) fw_expand(&fw, (int)r, 1, 0, (int)cols, DTYPE_F32, w + r * cols, (size_t)cols);
+    if (wa && wa->a) merge_lora(w, wa, ac->scale, rows, cols, ac->rank);
+    dtype_from_f32(w, dt, w, n);   /* in place: narrowing is safe front to back */
+    *rows_out = rows;
+    *cols_out = cols;
+    if (dequantize) {
+        *dense_out = w;
+        return 0;
+    }
+    size_t groups = n / (size_t)qp->group, es = dt == DTYPE_F32 ? 4 : 2;
+    uint8_t *c = mem_alloc(n * (size_t)qp->bits / 8);
+    void *s = c ? mem_alloc(groups * es) : NULL, *b = s ? mem_alloc(groups * es) : NULL;
+    if (!b) {
+        mem_free(w);
+        mem_free(c);
+        mem_free(s);
+        return -1;
+    }
+    affine_quantize(c, s, b, w, dt, qp->bits, qp->group, (int)rows, (int)cols);
+    mem_free(w);
+    *codes_out = c;
+    snprintf(rq->stem, sizeof rq->stem, "%s", stem);
+    rq->scales = s;
+    rq->biases = b;
+    return 0;
+}
+
+/* config.json of the fused model: the base's, without its quantization when
+ * the model was dequantized (as mlx_lm.fuse --dequantize). */
+static int write_fused_config(const char *model_dir, const char *out_dir, bool drop_quantization) {
+    char *src = path_join(model_dir, "config.json"), *dst = path_join(out_dir, "config.json");
+    int rc = -1;
+    if (src && dst) {
+        json_error_t je;
+        json_t *root = json_load_file(src, JSON_REJECT_DUPLICATES, &je);
+        if (!root) error_set("%s:%d: %s", src, je.line, je.text);
+        else {
+            if (drop_quantization) {
+                json_object_del(root, "quantization");
+                json_object_del(root, "quantization_config");
+            }
+            char *text = json_dumps(root, JSON_INDENT(2));
+            rc = text ? atomic_write_file(dst, text, strlen(text)) : error_set("%s: cannot write", dst);
+            free(text);
+            json_decref(root);
+        }
+    }
+    mem_free(src);
+    mem_free(dst);
+    return rc;
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes,
+               bool dequantize) {
     AdapterConfig ac;
     StFile ad = {0};
     StModel base = {0};
     StWriteTensor *wt = NULL;
     void **owned = NULL;
+    Requant *rq = NULL;
+    size_t n_rq = 0;
+    QuantConfig qc = {0};
     size_t n_total = 0, used_adapters = 0, n_adapter_tensors = 0;
     int rc = -1;
     if (max_shard_bytes == 0) max_shard_bytes = 5000000000ull;
@@ -180,23 +276,57 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         mem_free(mc);
         return -1;
     }
+    char *cfg_path = path_join(model_dir, "config.json");
+    int qrc = cfg_path ? quant_config_load(&qc, cfg_path) : -1;
+    mem_free(cfg_path);
+    if (qrc < 0) goto out;
     if (st_model_open(&base, model_dir, false) < 0) goto out;
     if (load_model_config(mc, model_dir, &base) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     for (size_t f = 0; f < base.n_files; f++) n_total += base.files[f].n_tensors;
     wt = mem_calloc(n_total + 1, sizeof *wt);
     owned = mem_calloc(n_total + 1, sizeof *owned);
-    if (!wt || !owned) goto out;
+    rq = mem_calloc(n_total + 1, sizeof *rq);
+    if (!wt || !owned || !rq) goto out;
     size_t k = 0;
     for (size_t f = 0; f < base.n_files; f++) {
-        for (size_t i = 0; i < base.files[f].n_tensors; i++, k++) {
+        for (size_t i = 0; i < base.files[f].n_tensors; i++) {
             const StTensor *t = &base.files[f].tensors[i];
             WeightAdapter wa;
             if (find_adapter(&ad, &ac, mc, t->name, &wa) < 0) goto out;
+            char stem[220];
+            snprintf(stem, sizeof stem, "%.*s", (int)strlen(t->name) - 7, t->name);
+            QuantParams qp;
+            int q = has_suffix(t->name, ".weight") ? quant_module(&qc, &base, stem, &qp) : 0;
+            if (q < 0) goto out;
+            if (q == 0 && qc.present && (has_suffix(t->name, ".scales") || has_suffix(t->name, ".biases"))) {
+                /* a quantized module's scales or biases: gone when dequantizing, else filled below */
+                q = quant_module(&qc, &base, stem, &qp);
+                if (q < 0) goto out;
+                if (q == 1 && dequantize) continue;
+                q = 0;
+            }
             wt[k].name = t->name; wt[k].dtype = t->dtype; wt[k].ndim = t->ndim;
             memcpy(wt[k].shape, t->shape, sizeof t->shape);
             wt[k].data = t->data;
-            if (wa.full) {
+            if (q == 1 && (wa.a || wa.full || dequantize)) {
+                void *codes = NULL, *dense = NULL;
+                int64_t rows, cols;
+                if (fuse_quantized(&base, stem, &qp, &wa, &ac, &ad, dequantize, &codes, &dense, &rq[n_rq], &rows,
+                                   &cols) < 0) goto out;
+                if (dense) {   /* a dense matrix of the scales' dtype */
+                    char snm[240];
+                    snprintf(snm, sizeof snm, "%s.scales", stem);
+                    owned[k] = dense;
+                    wt[k].dtype = st_model_find(&base, snm)->dtype;
+                    wt[k].shape[0] = rows;
+                    wt[k].shape[1] = cols;
+                } else {
+                    owned[k] = codes;
+                    n_rq++;
+                }
+                if (wa.a) used_adapters += 2 + (wa.m != NULL);
+            } else if (wa.full) {
                 if (wa.full->ndim != t->ndim || memcmp(wa.full->shape, t->shape, sizeof t->shape[0] * t->ndim))
                     { error_set("%s: %s: shape does not match the base model", ad.path, t->name); goto out; }
                 float *w = mem_alloc(t->nelem * sizeof(float));
@@ -218,7 +348,20 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
                 used_adapters += 2 + (wa.m != NULL);
             }
             if (owned[k]) wt[k].data = owned[k];
+            k++;
         }
+    }
+    n_total = k;
+    /* re-quantized modules: their new scales and biases */
+    for (size_t i = 0; i < n_total; i++) {
+        bool sc = has_suffix(wt[i].name, ".scales"), bi = has_suffix(wt[i].name, ".biases");
+        if (!sc && !bi) continue;
+        size_t len = strlen(wt[i].name) - 7;
+        for (size_t r = 0; r < n_rq; r++)
+            if (strlen(rq[r].stem) == len && !strncmp(rq[r].stem, wt[i].name, len)) {
+                wt[i].data = sc ? rq[r].scales : rq[r].biases;
+                break;
+            }
     }
     n_adapter_tensors = ad.n_tensors;
     if (used_adapters != n_adapter_tensors) {
@@ -243,21 +386,25 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     size_t n_shards = 1, acc = 0;
     int *shard_of = mem_calloc(n_total + 1, sizeof(int));
     if (!shard_of) goto out;
-    k = 0;
-    for (size_t f = 0; f < base.n_files; f++)
-        for (size_t i = 0; i < base.files[f].n_tensors; i++, k++) {
-            size_t b = tensor_bytes(&base.files[f].tensors[i]);
-            if (acc > 0 && acc + b > max_shard_bytes) { n_shards++; acc = 0; }
-            acc += b;
-            shard_of[k] = (int)n_shards - 1;
+    for (k = 0; k < n_total; k++) {
+        size_t b = write_bytes(&wt[k]);
+        if (acc > 0 && acc + b > max_shard_bytes) {
+            n_shards++;
+            acc = 0;
         }
+        acc += b;
+        shard_of[k] = (int)n_shards - 1;
+    }
     json_t *index = json_object(), *weight_map = json_object();
     size_t total_bytes = 0;
     const char *meta_k[] = {"format"}, *meta_v[] = {"pt"};
     size_t start = 0;
     for (size_t s = 0; s < n_shards; s++) {
         size_t end = start;
-        while (end < n_total && shard_of[end] == (int)s) { total_bytes += wt[end].ndim >= 0 ? tensor_bytes(st_model_find(&base, wt[end].name)) : 0; end++; }
+        while (end < n_total && shard_of[end] == (int)s) {
+            total_bytes += write_bytes(&wt[end]);
+            end++;
+        }
         char fname[64];
         if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
@@ -280,12 +427,18 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         if (wrc < 0) { json_decref(index); json_decref(weight_map); goto out; }
     }
     json_decref(index); json_decref(weight_map);
-    static const char *copies[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
+    if (write_fused_config(model_dir, out_dir, dequantize && qc.present) < 0) goto out;
+    static const char *copies[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                   "generation_config.json"};
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) if (copy_file_if_exists(model_dir, out_dir, copies[i]) < 0) goto out;
     rc = 0;
 out:
     for (size_t i = 0; owned && i < n_total; i++) mem_free(owned[i]);
-    mem_free(owned); mem_free(wt);
+    for (size_t i = 0; rq && i < n_rq; i++) { mem_free(rq[i].scales); mem_free(rq[i].biases); }
+    mem_free(owned);
+    mem_free(wt);
+    mem_free(rq);
+    quant_config_free(&qc);
     mem_free(mc);
     st_model_close(&base);
     st_close(&ad);

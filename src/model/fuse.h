@@ -25,8 +25,13 @@ int adapter_config_load(AdapterConfig *ac, const char *adapter_dir);
  * fp32, stored in the base dtype; full fine-tunes replace the weights) and
  * writes a Hugging Face model directory: config.json, safetensors shards of at
  * most max_shard_bytes (5 GB by default) with model.safetensors.index.json when
- * there is more than one, and the tokenizer files copied. */
-int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes);
+ * there is more than one, and the tokenizer files copied. An MLX-quantized
+ * module with an adapter is dequantized, merged and quantized again with its
+ * bits and group size (mlx_lm.fuse); with dequantize every quantized module
+ * is written dense in its scales' dtype and config.json loses its
+ * quantization (mlx_lm.fuse --dequantize). */
+int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes,
+               bool dequantize);
 /* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json. */
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir);
 /* GGUF LoRA adapter (general.type adapter, blk.N.attn_q.weight.lora_a ...). */

@@ -6,8 +6,10 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Phi-4-mini-instruct's longrope factors (config.json rope_scaling): 48 =
@@ -76,6 +78,13 @@ int model_preset(const char *name, ModelConfig *c) {
         c->rope_theta = 500000.0; c->max_position_embeddings = 131072;
         c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 32.0, .low_freq_factor = 1.0,
                                         .high_freq_factor = 4.0, .original_max_position = 8192};
+    } else if (!strcmp(name, "llama-3.1-8b")) {
+        SET("llama", 4096, 14336, 32, 32, 8, 128, 128256);
+        c->tie_word_embeddings = false;
+        c->rope_theta = 500000.0;
+        c->max_position_embeddings = 131072;
+        c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 8.0, .low_freq_factor = 1.0,
+                                        .high_freq_factor = 4.0, .original_max_position = 8192};
     } else if (!strcmp(name, "gemma-3-270m")) {
         /* google/gemma-3-270m: 18 layers (global: 5, 11, 17), 640 wide, 4 heads of 256, one kv head */
         SET("gemma3_text", 640, 2048, 18, 4, 1, 256, 262144);
@@ -123,22 +132,79 @@ int model_preset(const char *name, ModelConfig *c) {
         c->max_position_embeddings = 2048;
     } else {
         return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, "
-                         "gemma-3-270m, gemma-3-1b, phi-4-mini, smollm3-3b, tiny)", name);
+                         "llama-3.1-8b, gemma-3-270m, gemma-3-1b, phi-4-mini, smollm3-3b, tiny)", name);
     }
 #undef SET
     c->rotary_dim = c->rotary_dim ? c->rotary_dim : c->head_dim;
     return 0;
 }
 
+/* The tensors of the shard being made. Pass 1 (sizing) only counts bytes
+ * and shards; pass 2 makes the data and writes each shard when the next
+ * tensor would not fit (at most INIT_SHARD_BYTES each, as HF's 5 GB), so an
+ * 8B model never holds more than one shard in memory. */
+#define INIT_SHARD_BYTES ((size_t)5000000000ull)
+/* The shard limit; LMTUNE_INIT_SHARD_BYTES overrides it (tests make small sharded models). */
+static size_t shard_limit(void) {
+    const char *e = getenv("LMTUNE_INIT_SHARD_BYTES");
+    long long v = e ? atoll(e) : 0;
+    return v > 0 ? (size_t)v : INIT_SHARD_BYTES;
+}
 typedef struct {
     StWriteTensor *t;
     size_t n, cap;
     void **bufs;
+    bool sizing;          /* pass 1 */
+    size_t shard_bytes;   /* bytes of the current shard */
+    int shard, n_shards;  /* current shard index; total (known in pass 2) */
+    const char *dir;
+    json_t *weight_map;
+    size_t total_bytes;
 } WriteList;
+
+static void free_pending(WriteList *w) {
+    for (size_t i = 0; i < w->n; i++) {
+        mem_free((void *)w->t[i].name);
+        mem_free(w->bufs[i]);
+    }
+    w->n = 0;
+}
+
+static void shard_name(const WriteList *w, int shard, char *buf, size_t cap) {
+    if (w->n_shards <= 1) snprintf(buf, cap, "model.safetensors");
+    else snprintf(buf, cap, "model-%05d-of-%05d.safetensors", shard + 1, w->n_shards);
+}
+
+/* Writes the pending tensors as the current shard (pass 2). */
+static int flush_shard(WriteList *w) {
+    if (w->sizing || w->n == 0) return 0;
+    char fname[64];
+    shard_name(w, w->shard, fname, sizeof fname);
+    char *sp = path_join(w->dir, fname);
+    TRY_PTR(sp);
+    const char *mk[1] = {"format"}, *mv[1] = {"pt"};
+    int rc = st_write(sp, w->t, w->n, mk, mv, 1);
+    mem_free(sp);
+    for (size_t i = 0; rc == 0 && i < w->n; i++) json_object_set_new(w->weight_map, w->t[i].name, json_string(fname));
+    free_pending(w);
+    return rc;
+}
 
 static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64_t b, DType dt,
                       Rng *rng, float fill, bool random) {
     size_t n = (size_t)a * (ndim == 2 ? (size_t)b : 1);
+    size_t bytes = n * (dt == DTYPE_F32 ? 4 : 2);
+    if (w->shard_bytes > 0 && w->shard_bytes + bytes > shard_limit()) {
+        TRY(flush_shard(w));
+        w->shard++;
+        w->shard_bytes = 0;
+    }
+    w->shard_bytes += bytes;
+    w->total_bytes += bytes;
+    if (w->sizing) {
+        w->n_shards = w->shard + 1;
+        return 0;
+    }
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
         StWriteTensor *t = mem_realloc(w->t, cap * sizeof *t);
@@ -169,6 +235,26 @@ static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64
     return 0;
 }
 
+/* Every tensor of the model, in HF order. */
+static int add_all(WriteList *wl, const ModelConfig *cfg, DType dtype, uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    /* every tensor the config implies: matrices N(0, 0.02^2), biases 0,
+     * norms 1 (gemma's zero-centred norms: 0, i.e. a gain of 1) */
+    ModelTensorSpec *specs;
+    size_t n;
+    int rc = model_tensor_specs(cfg, &specs, &n);
+    float norm_fill = cfg->norm_plus_one ? 0.0f : 1.0f;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const ModelTensorSpec *t = &specs[i];
+        bool bias = strstr(t->name, ".bias") != NULL;
+        rc = add_tensor(wl, t->name, t->ndim, t->shape[0], t->shape[1], dtype, &rng, bias ? 0.0f : norm_fill,
+                        t->ndim == 2);
+    }
+    mem_free(specs);
+    return rc;
+}
+
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed) {
     if (dtype != DTYPE_F32 && dtype != DTYPE_BF16 && dtype != DTYPE_F16)
         return error_set("init: dtype must be F32, BF16 or F16 (got %s)", dtype_name(dtype));
@@ -183,33 +269,37 @@ int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, 
     int rc = hf_config_write(&c, cp);
     mem_free(cp);
     TRY(rc);
-    Rng rng;
-    rng_seed(&rng, seed);
     WriteList w = {0};
-    /* every tensor the config implies: matrices N(0, 0.02^2), biases 0,
-     * norms 1 (gemma's zero-centred norms: 0, i.e. a gain of 1) */
-    ModelTensorSpec *specs;
-    size_t n;
-    rc = model_tensor_specs(&c, &specs, &n);
-    float norm_fill = c.norm_plus_one ? 0.0f : 1.0f;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        const ModelTensorSpec *t = &specs[i];
-        bool bias = strstr(t->name, ".bias") != NULL;
-        rc = add_tensor(&w, t->name, t->ndim, t->shape[0], t->shape[1], dtype, &rng, bias ? 0.0f : norm_fill,
-                        t->ndim == 2);
+    w.dir = out_dir;
+    w.weight_map = json_object();
+    if (!w.weight_map) return error_set("init: out of memory");
+    for (int pass = 0; pass < 2; pass++) {
+        int n_shards = w.n_shards;
+        w.sizing = pass == 0;
+        w.shard = 0;
+        w.shard_bytes = 0;
+        w.total_bytes = 0;
+        w.n_shards = n_shards;
+        rc = add_all(&w, cfg, dtype, seed);
+        if (rc == 0 && pass == 1) rc = flush_shard(&w);
+        if (rc < 0) break;
     }
-    mem_free(specs);
-    if (rc == 0) {
-        char *sp = path_join(out_dir, "model.safetensors");
-        if (!sp) rc = -1;
-        else {
-            const char *mk[1] = {"format"}, *mv[1] = {"pt"};
-            rc = st_write(sp, w.t, w.n, mk, mv, 1);
-            mem_free(sp);
-        }
+    if (rc == 0 && w.n_shards > 1) {
+        json_t *index = json_object(), *meta = json_object();
+        json_object_set_new(meta, "total_size", json_integer((json_int_t)w.total_bytes));
+        json_object_set_new(index, "metadata", meta);
+        json_object_set(index, "weight_map", w.weight_map);
+        char *text = json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS);
+        json_decref(index);
+        char *ip = path_join(out_dir, "model.safetensors.index.json");
+        rc = text && ip ? atomic_write_file(ip, text, strlen(text)) : error_set("init: cannot write the index");
+        free(text);
+        mem_free(ip);
     }
-    for (size_t i = 0; i < w.n; i++) { mem_free((void *)w.t[i].name); mem_free(w.bufs[i]); }
+    free_pending(&w);
+    json_decref(w.weight_map);
     mem_free(w.t);
     mem_free(w.bufs);
     return rc;
 }
+

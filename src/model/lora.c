@@ -47,7 +47,7 @@ static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
 
 const uint16_t *proj_shared_input(const BlockParams *bp, unsigned mask, const float *x, int N, int in) {
     FOR_EACH_PROJ(p, mask)
-        if (bp->wt[p] == DTYPE_BF16) {
+        if (bp->w[p].compute == DTYPE_BF16) {
             double t0 = prof_begin();
             const uint16_t *x16 = matmul_bf16_input(x, (size_t)N, (size_t)in);
             prof_end(PROF_PROJ, t0);
@@ -64,8 +64,7 @@ void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
     const float *bias = dora ? NULL : proj_bias(bp, p);
     if (!skip_base) {
         double t0 = prof_begin();
-        if (x16 && bp->wt[p] == DTYPE_BF16) linear_forward_bf16_input(out, x16, bp->w[p], bias, N, in, od);
-        else linear_forward(out, x, bp->w[p], bp->wt[p], bias, N, in, od);
+        fw_linear_forward(out, x, x16, &bp->w[p], bias, N);
         prof_end(PROF_PROJ, t0);
     }
     if (!adapted) return;
@@ -115,7 +114,7 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
         /* rebuild the unscaled output y = W x + s (xA) B, then
          * dm[o] += sum_n dout[n,o] y[n,o] / norm[o], dy = dout * m / norm */
         float *y = m->sc.ylin;
-        linear_forward(y, x, bp->w[p], bp->wt[p], NULL, N, in, od);
+        fw_linear_forward(y, x, NULL, &bp->w[p], NULL, N);
         gemm_f32(y, xa, bp->lb[p], N, od, r, false, false, scale, 1.0f);
         const float *mg = bp->dm[p], *nr = bp->dnorm[p];
         float *ddm = bp->ddm[p];
@@ -139,8 +138,14 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
     float *dbias = p <= PROJ_V ? bp->dbias[p] : NULL;
     prof_end(PROF_LORA, t0);
     t0 = prof_begin();
-    if (dx_set) linear_backward_set_dinp(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
-    else linear_backward(dx, bp->dw[p], dbias, dy, x, bp->w[p], bp->wt[p], N, in, od);
+    if (bp->dw[p] || dbias) {
+        /* trainable weight or bias: one call computes dx and accumulates dW, db (plain F32 weights) */
+        const FrozenWeight *w = &bp->w[p];
+        if (dx_set) linear_backward_set_dinp(dx, bp->dw[p], dbias, dy, x, w->data, w->dtype, N, in, od);
+        else linear_backward(dx, bp->dw[p], dbias, dy, x, w->data, w->dtype, N, in, od);
+    } else if (dx) {
+        fw_linear_backward_dinp(dx, dx_set ? 0.0f : 1.0f, dy, NULL, 0, &bp->w[p], N);
+    }
     prof_end(PROF_PROJ, t0);
     if (!adapted) return;
     t0 = prof_begin();
@@ -190,7 +195,7 @@ void dora_update_norms(Model *m) {
             const float *A = bp->la[p], *B = bp->lb[p];
             for (int i = 0; i < in; i++)
                 for (int k = 0; k < r; k++) ls->at[(size_t)k * in + i] = A[(size_t)i * r + k];
-            linear_forward(ls->wa, ls->at, bp->w[p], bp->wt[p], NULL, r, in, od);  /* (W A)^T (r, out) */
+            fw_linear_forward(ls->wa, ls->at, NULL, &bp->w[p], NULL, r);  /* (W A)^T (r, out) */
             gemm_f32(ls->g, A, A, r, r, in, true, false, 1.0f, 0.0f);           /* A^T A */
             gemm_f32(ls->gb, ls->g, B, r, od, r, false, false, 1.0f, 0.0f);      /* (A^T A) B */
             const float *w2 = bp->wnorm2[p];

@@ -42,7 +42,7 @@ const float *layer_rope(const Model *m, int l, int len, const float **sin_t) {
 
 void embed_rows(Model *m, float *out, const int *ids, int n) {
     int C = m->d.C;
-    embedding_forward(out, ids, m->embed, m->embed_t, n, C);
+    fw_gather_rows(out, ids, n, &m->embed);
     if (m->embed_scale == 0.0f) return;
     float s = m->embed_scale;
     size_t total = (size_t)n * C;
@@ -101,10 +101,11 @@ static int check_common(Model *m) {
     return 0;
 }
 
-/* The bf16 conversion scratch is a library global: point it at this
+/* The bf16 conversion scratch and the panel scratch are library globals: point them at this
  * model's before computing (another model may have been loaded since). */
 void model_bind_scratch(Model *m) {
     if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    if (m->panel_scratch) fw_set_panel_scratch(m->panel_scratch, m->panel_scratch_bytes);
 }
 
 int model_loss(Model *m, const int32_t *tokens, int B, int W,
@@ -121,8 +122,8 @@ int model_loss(Model *m, const int32_t *tokens, int B, int W,
     dora_update_norms(m);
     float *x = forward_blocks(m, B, T);
     rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->d.norm_off, m->cfg.rms_norm_eps, N, m->d.C);
-    *loss_sum = lmhead_xent(NULL, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
-                            m->lmhead_scratch, (float)m->cfg.final_softcap, m->d.chunk, N, m->d.C, m->d.V);
+    *loss_sum = lmhead_xent(NULL, NULL, m->final_out, &m->lm_head, m->targets, m->row_weight,
+                            m->lmhead_scratch, (float)m->cfg.final_softcap, m->d.chunk, N);
     m->d.dropout = drop;
     return 0;
 }
@@ -160,8 +161,8 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     memset(sc->dln, 0, (size_t)N * d->C * sizeof(float));
     prof_end(PROF_ELEMENT, t0);
     t0 = prof_begin();
-    double sum = lmhead_xent(sc->dln, NULL, m->final_out, m->lm_head, m->lm_head_t, m->targets, m->row_weight,
-                             m->lmhead_scratch, (float)m->cfg.final_softcap, d->chunk, N, d->C, d->V);
+    double sum = lmhead_xent(sc->dln, NULL, m->final_out, &m->lm_head, m->targets, m->row_weight,
+                             m->lmhead_scratch, (float)m->cfg.final_softcap, d->chunk, N);
     prof_end(PROF_LMHEAD, t0);
     *loss = sum / (double)grad_scale;
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, d->norm_off, m->final_rstd, N, d->C));
@@ -189,7 +190,7 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits) {
     dora_update_norms(m);
     float *x = forward_blocks(m, B, T);
     rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->d.norm_off, m->cfg.rms_norm_eps, N, m->d.C);
-    lmhead_logits(logits, m->final_out, m->lm_head, m->lm_head_t, (float)m->cfg.final_softcap, N, m->d.C, m->d.V);
+    lmhead_logits(logits, m->final_out, &m->lm_head, (float)m->cfg.final_softcap, N);
     m->d.dropout = drop;
     return 0;
 }

@@ -34,9 +34,9 @@ typedef struct {
     bool grad_checkpoint;
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
-    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in
-                               (F32/BF16 in the file are used as stored; this
-                               applies to F16 files and to `--weights-dtype`) */
+    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in;
+                               converted at load when the file's differs
+                               (default: matmul_weight_dtype of the file's) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
@@ -91,18 +91,34 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits);
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* --- additions --- */
+/* What the planner needs of the stored weights beyond config.json, read
+ * from the safetensors headers and config.json's quantization. */
+typedef struct {
+    DType file_dtype;       /* plain matrices' dtype; the scales' dtype when quantized */
+    bool quantized;         /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool bf16_compute;      /* some frozen product runs in bf16 */
+    int panel_cols;         /* widest matrix whose products expand panels (0: none) */
+    int bits_min, bits_max; /* of the quantized matrices */
+    size_t embed_bytes, lm_head_bytes, block_bytes; /* stored bytes (codes, scales, biases); lm_head 0 when tied */
+} WeightsSummary;
+/* Reads DIR's config.json quantization and safetensors headers; checks every
+ * quantized module's tensors. */
+int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);
+/* model_layout for a model directory whose headers were summarised. */
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv);
 /* model_layout for a known dtype of the file's matrices (model_layout takes
  * it from config.json's torch_dtype; model_load uses the real one). */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv);
 
 /* `lmtune init`: a model directory with config.json and model.safetensors
- * (HF names), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32, BF16
- * or F16. */
+ * (HF names; shards of at most 5 GB with model.safetensors.index.json for
+ * larger models), weights ~ N(0, 0.02^2), norms 1, biases 0, in dtype F32,
+ * BF16 or F16. */
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
 /* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
- * "qwen3-0.6b", "llama-3.2-1b", "gemma-3-270m", "gemma-3-1b", "phi-4-mini",
- * "smollm3-3b", "tiny". The caller may then override vocab_size. -1 +
- * error for an unknown name. */
+ * "qwen3-0.6b", "llama-3.2-1b", "llama-3.1-8b", "gemma-3-270m", "gemma-3-1b",
+ * "phi-4-mini", "smollm3-3b", "tiny". The caller may then override
+ * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
 /* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
  * of the loss only match the gradients with the norms held fixed. While

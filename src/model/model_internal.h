@@ -13,6 +13,8 @@
 #define LT_MODEL_INTERNAL_H
 #include "model/model.h"
 #include "formats/safetensors.h"
+#include "formats/mlx_quant.h"
+#include "kernels/frozen_weight.h"
 #include "kernels/ops.h"   /* AttnParams */
 #include <stdio.h>
 
@@ -40,12 +42,17 @@ typedef struct {
     int act;              /* GLU_SILU or GLU_GELU_TANH */
     float norm_off;       /* RMSNorm weight offset: 1 for gemma's 1 + w */
     unsigned projs;       /* bitmask of the block's projections (1u << PROJ_*) */
-    DType file_dtype;     /* dtype of the matrices in the file */
+    DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
     DType run_dtype;      /* dtype the frozen matrices are used in */
     bool convert;         /* frozen matrices are converted into the arena */
+    bool quantized;       /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool bf16_compute;    /* some frozen product runs in bf16 (the conversion scratch exists) */
+    int panel_cols;       /* widest frozen matrix whose products expand panels (0: none) */
 } Dims;
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype);
+/* What the safetensors headers add to the dimensions (model_weights_summary). */
+int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
 /* in/out features of projection p. */
 void proj_shape(const Dims *d, int p, int *in, int *out);
 /* "<prefix>layers.<l>.<suffix>" into dst (prefixes are < 32 bytes, block
@@ -60,8 +67,7 @@ static inline void layer_name(char *dst, size_t cap, const char *prefix, int l, 
 /* Parameters of one block: what forward and backward read. Gradient
  * pointers are NULL when the tensor is frozen. */
 typedef struct {
-    const void *w[PROJ_COUNT];  /* (out, in) */
-    DType wt[PROJ_COUNT];
+    FrozenWeight w[PROJ_COUNT]; /* (out, in); full fine-tuning: the fp32 masters, plain F32 */
     float *dw[PROJ_COUNT];      /* full fine-tuning */
     float *bias[3], *dbias[3];  /* q, k, v (attention_bias) */
     float *ln1, *dln1;          /* attention input norm (C) */
@@ -127,11 +133,10 @@ struct Model {
     bool st_open;
     Arena *arena;
 
-    const void *embed;        /* (V, C) */
-    DType embed_t;
+    FrozenWeight embed;       /* (V, C) */
     float embed_scale;        /* gemma: sqrt(C) in the table's dtype; 0: none */
-    const void *lm_head;      /* (V, C): embed when tied */
-    DType lm_head_t;
+    FrozenWeight lm_head;     /* (V, C): embed when tied (MLX's QuantizedEmbedding.as_linear) */
+    QuantConfig qc;           /* config.json's quantization (present = false for plain models) */
     float *final_norm;        /* (C) */
     BlockParams *blocks;      /* (L) heap */
     AttnParams *attn;         /* (L) heap: scale, window, soft-cap of each layer */
@@ -155,6 +160,8 @@ struct Model {
     float *lmhead_scratch;
     void *mm_scratch;
     size_t mm_scratch_bytes;
+    void *panel_scratch;      /* expansion panels of the frozen products (frozen_weight.h) */
+    size_t panel_scratch_bytes;
 
     /* KV cache: layer l holds kv_len[l] positions from kv_off[l] (rows of
      * KVD floats); a sliding layer's is a ring of window + dec_rows - 1 */
@@ -171,6 +178,19 @@ struct Model {
     bool dora_fresh;          /* dnorm matches the current adapter */
     bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */
 };
+
+/* model_weights.c: matrix k of the model (0 embedding, 1 LM head, then
+ * PROJ_COUNT slots per block): module path (with cfg's prefix) and (rows,
+ * cols); false when the model has no such matrix (a tied head, a projection
+ * the family's blocks do not have). */
+int weights_matrix_count(const Dims *d);
+bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
+/* The stored matrix of `module` as a FrozenWeight (into st's mapping; plain
+ * matrices as stored, compute BF16 for BF16 and F32 otherwise). */
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+                 FrozenWeight *out, bool *quantized);
+int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
+void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */

@@ -101,13 +101,31 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
         return error_set("model: weights of dtype %s are not supported (F32, BF16, F16)", dtype_name(file_dtype));
     d->file_dtype = file_dtype;
-    if (file_dtype == DTYPE_F16 || (file_dtype == DTYPE_F32 && spec->weight_dtype == DTYPE_BF16)) {
+    if (file_dtype != spec->weight_dtype) { /* F16 always; BF16 -> F32 where bf16 products do not exist */
         d->convert = true;
         d->run_dtype = spec->weight_dtype;
     } else {
         d->convert = false;
         d->run_dtype = file_dtype;
     }
+    return 0;
+}
+
+int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
+    if (!ws->quantized) {
+        d->bf16_compute = d->run_dtype == DTYPE_BF16;
+        d->panel_cols = 0;
+        return 0;
+    }
+    if (spec->type == TUNE_FULL)
+        return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
+                         "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "
+                         "model (lmtune convert -d)");
+    d->quantized = true;
+    d->convert = false;
+    d->run_dtype = d->file_dtype;
+    d->bf16_compute = ws->bf16_compute;
+    d->panel_cols = ws->panel_cols;
     return 0;
 }
 
@@ -283,9 +301,9 @@ static void bind_trainables(Model *m) {
             for (int j = 0; j < nbt; j++, i++) {
                 TrainableTensor *t = &m->trainables[i];
                 if (bt[j].role == BT_PROJ_WEIGHT) {
-                    bp->w[bt[j].proj] = t->value;
-                    bp->wt[bt[j].proj] = DTYPE_F32;
-                    bp->dw[bt[j].proj] = t->grad;
+                    int p = bt[j].proj;
+                    bp->w[p] = fw_plain(t->value, DTYPE_F32, (int)bt[j].shape[0], (int)bt[j].shape[1], DTYPE_F32);
+                    bp->dw[p] = t->grad;
                     continue;
                 }
                 float **g, **v = block_slot(bp, &bt[j], &g);
@@ -373,10 +391,10 @@ static int walk_frozen_matrices(Model *m, Carver *cv) {
     void *p;
     snprintf(nm, sizeof nm, "%sembed_tokens.weight", cfg->prefix);
     CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)d->V * d->C * wsz, p);
-    m->embed = p;
+    m->embed.data = p;
     if (!cfg->tie_word_embeddings) {
         CARVE(cv, MEM_FROZEN_WEIGHTS, cfg->head_name, (size_t)d->V * d->C * wsz, p);
-        m->lm_head = p;
+        m->lm_head.data = p;
     }
     for (int l = 0; l < d->L; l++) {
         if (block_full(m, l)) continue;
@@ -385,8 +403,7 @@ static int walk_frozen_matrices(Model *m, Carver *cv) {
             proj_shape(d, pj, &in, &out);
             snprintf(nm, sizeof nm, "%slayers.%d.%s.weight", cfg->prefix, l, PROJ_KEYS[pj]);
             CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)in * out * wsz, p);
-            m->blocks[l].w[pj] = p;
-            m->blocks[l].wt[pj] = d->run_dtype;
+            m->blocks[l].w[pj].data = p;
         }
     }
     return 0;
@@ -610,7 +627,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     if (d->kv_T > 0) TRY(walk_kv_cache(m, spec, cv));
 
     /* 6. bf16 conversion scratch of the matrix products */
-    if (d->run_dtype == DTYPE_BF16) {
+    if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
         size_t rows = (size_t)imax(imax(d->N, d->chunk), imax(d->dec_rows, d->r));
         size_t cols = max_in_out(d);
         size_t b = matmul_scratch_bytes(rows, cols);
@@ -619,16 +636,22 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         m->mm_scratch_bytes = b;
         CARVE(cv, MEM_LIBRARY, "bf16 conversion scratch (matmul)", b, m->mm_scratch);
     }
+
+    /* 7. the panel the products with packed (or converted-on-the-fly) weights expand into */
+    if (d->panel_cols > 0) {
+        m->panel_scratch_bytes = fw_panel_scratch_bytes(d->panel_cols);
+        CARVE(cv, MEM_LIBRARY, "dequantization panel (frozen products)", m->panel_scratch_bytes, m->panel_scratch);
+    }
     return 0;
 }
 
 /* A Model for planning (no arena): config, spec, dims and the heap slots. */
-static Model *plan_model(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype) {
+static Model *plan_model(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws) {
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return NULL;
     m->cfg = *cfg;
     m->spec = *spec;
-    if (dims_init(&m->d, cfg, spec, file_dtype) < 0) {
+    if (dims_init(&m->d, cfg, spec, ws->file_dtype) < 0 || dims_apply_summary(&m->d, spec, ws) < 0) {
         mem_free(m);
         return NULL;
     }
@@ -640,9 +663,15 @@ static Model *plan_model(const ModelConfig *cfg, const ModelSpec *spec, DType fi
     return m;
 }
 
-/* Planning entry point: the file's dtype is taken from config.json. */
+/* Planning entry point for a plain model whose matrices are of file_dtype. */
 int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype, Carver *cv) {
-    Model *m = plan_model(cfg, spec, file_dtype);
+    WeightsSummary ws;
+    weights_summary_plain(&ws, file_dtype);
+    return model_layout_summary(cfg, spec, &ws, cv);
+}
+
+int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv) {
+    Model *m = plan_model(cfg, spec, ws);
     if (!m) return -1;
     Carver plan_only = {NULL, cv->plan};
     int rc = layout_walk(m, spec, &plan_only);
@@ -657,36 +686,38 @@ int model_layout(const ModelConfig *cfg, const ModelSpec *spec, Carver *cv) {
     return model_layout_dtype(cfg, spec, t, cv);
 }
 
-int model_plan_weights(const char *model_dir, const ModelConfig *cfg_in, const ModelSpec *spec, MemPlan *plan) {
-    StModel st;
-    TRY(st_model_open(&st, model_dir, true));
-    ModelConfig *cfg = mem_alloc(sizeof *cfg);
-    if (!cfg) {
-        st_model_close(&st);
-        return -1;
+/* A quantized model: every matrix stays in the mapped file (codes, scales, biases). */
+static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *cfg, MemPlan *plan) {
+    char nm[160], bits[16];
+    if (ws->bits_min == ws->bits_max) snprintf(bits, sizeof bits, "%d-bit", ws->bits_min);
+    else snprintf(bits, sizeof bits, "%d/%d-bit", ws->bits_min, ws->bits_max);
+    snprintf(nm, sizeof nm, "%sembed_tokens (mapped file)", cfg->prefix);
+    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->embed_bytes, false));
+    if (!cfg->tie_word_embeddings) {
+        snprintf(nm, sizeof nm, "%s (mapped file)", cfg->head_name);
+        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->lm_head_bytes, false));
     }
-    *cfg = *cfg_in;
-    model_tensors_detect_prefix(cfg, &st);
-    char nm[160];
-    snprintf(nm, sizeof nm, "%sembed_tokens.weight", cfg->prefix);
-    const StTensor *e = st_model_find(&st, nm);
-    int rc = -1;
+    snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)", cfg->num_hidden_layers,
+             bits, dtype_name(ws->file_dtype));
+    return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
+}
+
+int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
+    WeightsSummary ws;
+    TRY(model_weights_summary(model_dir, cfg, &ws));
+    if (ws.quantized) return plan_quantized_weights(&ws, cfg, plan);
+    DType ft = ws.file_dtype;
     Dims d;
-    if (!e) {
-        error_set("%s: tensor %s is missing", model_dir, nm);
-        goto out;
-    }
-    DType ft = e->dtype;
-    if (dims_init(&d, cfg, spec, ft) < 0) goto out;
-    rc = 0;
-    if (d.convert) goto out;
+    TRY(dims_init(&d, cfg, spec, ft));
+    if (d.convert) return 0;
     size_t es = ft == DTYPE_F32 ? 4 : 2;
     size_t emb = (size_t)d.V * d.C * es;
+    char nm[160];
     snprintf(nm, sizeof nm, "%sembed_tokens.weight (mapped file)", cfg->prefix);
-    rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false);
-    if (rc == 0 && !cfg->tie_word_embeddings) {
+    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false));
+    if (!cfg->tie_word_embeddings) {
         snprintf(nm, sizeof nm, "%s (mapped file)", cfg->head_name);
-        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false);
+        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false));
     }
     size_t per_block = 0;
     FOR_EACH_PROJ(p, d.projs) {
@@ -695,14 +726,11 @@ int model_plan_weights(const char *model_dir, const ModelConfig *cfg_in, const M
         per_block += (size_t)in * out * es;
     }
     int frozen = spec->type == TUNE_FULL ? d.lo : d.L;
-    if (rc == 0 && frozen > 0) {
+    if (frozen > 0) {
         snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
-        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, per_block * frozen, false);
+        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, per_block * frozen, false));
     }
-out:
-    mem_free(cfg);
-    st_model_close(&st);
-    return rc;
+    return 0;
 }
 
 int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n) {
@@ -710,7 +738,9 @@ int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, Trainabl
     *n = 0;
     DType t = cfg->torch_dtype;
     if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    Model *m = plan_model(cfg, spec, t);
+    WeightsSummary ws;
+    weights_summary_plain(&ws, t);
+    Model *m = plan_model(cfg, spec, &ws);
     if (!m) return -1;
     /* The walk decides which projections each block adapts; run it in
      * planning mode into a throwaway plan first. */

@@ -32,6 +32,7 @@ void model_zero_grad(Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     if (m->st_open) st_model_close(&m->st);
+    quant_config_free(&m->qc);
     mem_free(m->blocks);
     mem_free(m->attn);
     mem_free(m->kv_off);
@@ -60,8 +61,8 @@ static int tensor_1d(Model *m, const char *name, int64_t n, const StTensor **t) 
     return st_model_expect(&m->st, name, 1, &n, t);
 }
 
-/* A matrix: shape checked, and every matrix must share the file's dtype
- * because the memory plan is made for one dtype. */
+/* A plain matrix of a plain model: shape checked, and every matrix must
+ * share the file's dtype because the memory plan is made for one dtype. */
 static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, const StTensor **t) {
     int64_t shape[2] = {rows, cols};
     TRY(st_model_expect(&m->st, name, 2, shape, t));
@@ -78,16 +79,29 @@ static int load_small(Model *m, const char *name, int64_t n, float *dst) {
     return 0;
 }
 
-static int load_matrix(Model *m, const char *name, int64_t rows, int64_t cols, const void **w, DType *wt, bool converted) {
+/* Frozen matrix `module` (rows, cols) into *fw (NULL: check only). In a
+ * quantized model every matrix is used as stored (packed or plain); in a
+ * plain one it is converted into the arena (fw->data set by the layout
+ * walk) or used in place. */
+static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenWeight *fw) {
+    if (m->d.quantized) {
+        FrozenWeight v;
+        bool q;
+        TRY(weights_view(&m->st, &m->qc, module, rows, cols, &v, &q));
+        if (fw) *fw = v;
+        return 0;
+    }
+    char name[200];
+    snprintf(name, sizeof name, "%s.weight", module);
     const StTensor *t;
     TRY(tensor_2d(m, name, rows, cols, &t));
-    if (!w) return 0;
-    if (converted) {
-        convert((void *)*w, m->d.run_dtype, t->data, t->dtype, (size_t)rows * cols);
-        *wt = m->d.run_dtype;
+    if (!fw) return 0;
+    if (m->d.convert) {
+        DType run = m->d.run_dtype;
+        convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
+        *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *w = t->data;
-        *wt = t->dtype;
+        *fw = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     }
     return 0;
 }
@@ -97,13 +111,13 @@ static int load_weights(Model *m, bool check_only) {
     const ModelConfig *c = &m->cfg;
     bool none = check_only;
     char nm[160];
-    snprintf(nm, sizeof nm, "%sembed_tokens.weight", c->prefix);
-    TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->embed, &m->embed_t, d->convert));
+    hf_embed_module(c, nm, sizeof nm);
+    TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->embed));
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
-        m->lm_head_t = m->embed_t;
     } else {
-        TRY(load_matrix(m, c->head_name, d->V, d->C, none ? NULL : &m->lm_head, &m->lm_head_t, d->convert));
+        hf_head_module(c, nm, sizeof nm);
+        TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->lm_head));
     }
     snprintf(nm, sizeof nm, "%snorm.weight", c->prefix);
     TRY(load_small(m, nm, d->C, none ? NULL : m->final_norm));
@@ -114,13 +128,13 @@ static int load_weights(Model *m, bool check_only) {
         bool full = none || (m->spec.type == TUNE_FULL && l >= d->lo);
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
         for (int j = 0; j < nbt; j++) {
-            layer_name(nm, sizeof nm, c->prefix, l, bt[j].suffix);
             if (bt[j].role == BT_PROJ_WEIGHT) {
                 int p = bt[j].proj;
-                const void **w = full ? NULL : &bp->w[p];
-                TRY(load_matrix(m, nm, bt[j].shape[0], bt[j].shape[1], w, &bp->wt[p], d->convert));
+                layer_name(nm, sizeof nm, c->prefix, l, PROJ_KEYS[p]);
+                TRY(load_matrix(m, nm, bt[j].shape[0], bt[j].shape[1], full ? NULL : &bp->w[p]));
                 continue;
             }
+            layer_name(nm, sizeof nm, c->prefix, l, bt[j].suffix);
             float **g, **v = block_slot(bp, &bt[j], &g);
             TRY(load_small(m, nm, bt[j].shape[0], full ? NULL : *v));
         }
@@ -154,33 +168,18 @@ static void fixed_tables(Model *m) {
     m->embed_scale = 0.0f;
     if (c->embed_scale) {
         float s = sqrtf((float)c->hidden_size);
-        if (m->embed_t == DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
+        if (m->embed.dtype == DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
         m->embed_scale = s;
     }
 }
 
-/* ||W row||^2 of each DoRA-adapted base matrix, in the dtype it is used in. */
+/* ||W row||^2 of each DoRA-adapted base matrix, of the weights the products use. */
 static void dora_base_norms(Model *m) {
     if (m->spec.type != TUNE_DORA) return;
     const Dims *d = &m->d;
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        FOR_EACH_PROJ(p, bp->adapted) {
-            int in, out; proj_shape(d, p, &in, &out);
-            const void *w = bp->w[p];
-            DType wt = bp->wt[p];
-            float *dst = bp->wnorm2[p];
-            #pragma omp parallel for schedule(static)
-            for (int o = 0; o < out; o++) {
-                double s = 0;
-                for (int i = 0; i < in; i++) {
-                    size_t k = (size_t)o * in + i;
-                    double v = wt == DTYPE_F32 ? ((const float *)w)[k] : bf16_to_f32(((const uint16_t *)w)[k]);
-                    s += v * v;
-                }
-                dst[o] = (float)s;
-            }
-        }
+        FOR_EACH_PROJ(p, bp->adapted) fw_row_norms2(bp->wnorm2[p], &bp->w[p]);
     }
 }
 
@@ -195,14 +194,19 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     int rc = hf_config_load(&m->cfg, cfg_path);
     mem_free(cfg_path);
     if (rc < 0) goto fail;
+    cfg_path = path_join(model_dir, "config.json");
+    if (!cfg_path) goto fail;
+    rc = quant_config_load(&m->qc, cfg_path);
+    mem_free(cfg_path);
+    if (rc < 0) goto fail;
     if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
     m->st_open = true;
     model_tensors_detect_prefix(&m->cfg, &m->st);
-    char en[160];
-    snprintf(en, sizeof en, "%sembed_tokens.weight", m->cfg.prefix);
-    const StTensor *e = st_model_find(&m->st, en);
-    if (!e) { error_set("%s: tensor %s is missing", model_dir, en); goto fail; }
-    if (dims_init(&m->d, &m->cfg, spec, e->dtype) < 0) goto fail;
+    WeightsSummary ws;
+    /* every quantized module checked, then every tensor, before a byte of the arena is used */
+    if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;
+    if (dims_init(&m->d, &m->cfg, spec, ws.file_dtype) < 0) goto fail;
+    if (dims_apply_summary(&m->d, spec, &ws) < 0) goto fail;
     size_t L = (size_t)m->d.L;
     m->blocks = mem_calloc(L, sizeof *m->blocks);
     m->attn = mem_calloc(L, sizeof *m->attn);
@@ -210,14 +214,13 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     m->kv_len = mem_calloc(L, sizeof *m->kv_len);
     if (!m->blocks || !m->attn || !m->kv_off || !m->kv_len) goto fail;
     attention_params(m);
-    /* every tensor checked before a byte of the arena is used */
-    if (model_check_tensors(&m->cfg, &m->st) < 0) goto fail;
+    if (model_check_tensors_quant(&m->cfg, &m->st, &m->qc) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;
     if (load_weights(m, false) < 0) goto fail;
     fixed_tables(m);
-    if (m->mm_scratch) matmul_set_scratch(m->mm_scratch, m->mm_scratch_bytes);
+    model_bind_scratch(m);
     dora_base_norms(m);
     if (m->d.convert) {
         /* the file's pages were read once for the conversion; let the kernel drop them */

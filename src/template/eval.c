@@ -64,19 +64,6 @@ static int enter(Ctx *c, const Node *at) {
     return 0;
 }
 
-int count_iterations(Ctx *c, const Node *at, long n) {
-    if (n < 0 || c->iterations + n > CHAT_TEMPLATE_MAX_ITERATIONS)
-        return rt_error(c, at, "chat template: loop limit of %ld iterations exceeded", CHAT_TEMPLATE_MAX_ITERATIONS);
-    c->iterations += n;
-    return 0;
-}
-
-int count_work(Ctx *c, const Node *at, size_t bytes) {
-    if (bytes > CHAT_TEMPLATE_MAX_WORK || c->work + bytes > CHAT_TEMPLATE_MAX_WORK)
-        return rt_error(c, at, "chat template: work limit of %lu bytes of strings exceeded", (unsigned long)CHAT_TEMPLATE_MAX_WORK);
-    c->work += bytes;
-    return 0;
-}
 
 static Value make_string(Ctx *c, const Node *at, const char *s, size_t n) {
     if (count_work(c, at, n) < 0) return v_undef();
@@ -84,17 +71,6 @@ static Value make_string(Ctx *c, const Node *at, const char *s, size_t n) {
     return v_json(j);
 }
 
-void args_free(Args *a) {
-    for (size_t i = 0; i < a->npos; i++) v_free(&a->pos[i]);
-    for (size_t i = 0; i < a->nkw; i++) v_free(&a->kwv[i]);
-    a->npos = a->nkw = 0;
-}
-
-Value arg_get(Args *a, size_t index, const char *kw) {
-    if (index < a->npos) return a->pos[index];
-    for (size_t i = 0; kw && i < a->nkw; i++) if (!strcmp(a->kw[i], kw)) return a->kwv[i];
-    return v_undef();
-}
 
 static int eval_args(Ctx *c, Scope *s, const Node *at, Node *const *list, size_t n, Args *a) {
     a->npos = a->nkw = 0;

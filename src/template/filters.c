@@ -4,7 +4,8 @@
  * range, namespace and strftime_now. Behaviour follows @huggingface/jinja
  * (the byte-for-byte reference of the tests), except where it drops
  * Python's arguments: strip/lstrip/rstrip honour a `chars` argument as
- * Python and transformers do. The name lists here are also what the parser
+ * Python and transformers do. Filters are one function each, found by name
+ * in FILTER_TABLE; that table and the list of tests are also what the parser
  * accepts, so an unknown filter or test is a compile error. */
 #include "template/runtime.h"
 #include "base/alloc.h"
@@ -16,11 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-static const char *const FILTERS[] = {
-    "abs", "bool", "capitalize", "count", "d", "default", "dictsort", "first", "float", "indent", "int", "items",
-    "join", "last", "length", "list", "lower", "map", "rejectattr", "replace", "reverse", "safe", "selectattr",
-    "sort", "string", "title", "tojson", "trim", "unique", "upper", NULL,
-};
 static const char *const TESTS[] = {
     "boolean", "callable", "defined", "eq", "equalto", "even", "false", "float", "integer", "iterable", "lower",
     "mapping", "none", "number", "odd", "sequence", "string", "true", "undefined", "upper", NULL,
@@ -30,7 +26,6 @@ static bool in_list(const char *const *l, const char *name) {
     for (; *l; l++) if (!strcmp(*l, name)) return true;
     return false;
 }
-bool ct_filter_known(const char *name) { return in_list(FILTERS, name); }
 bool ct_test_known(const char *name) { return in_list(TESTS, name); }
 
 /* ---------------------------------------------------------------- helpers */
@@ -460,272 +455,433 @@ static int sorted(Ctx *c, const Node *at, json_t *arr, bool reverse, bool case_s
 
 /* ---------------------------------------------------------------- filters */
 
-int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
-    *out = v_undef();
-    Value a0 = arg_get(a, 0, NULL);
-    const char *s = v_is_str(x) ? v_str(x) : NULL;
-    size_t n = s ? v_len(x) : 0;
+/* One filter: x | name(args), result in *out (V_UNDEF until set). */
+typedef int (*FilterFn)(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out);
 
-    if (!strcmp(name, "safe")) { *out = v_copy(x); return 0; }
-    if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        Value dflt = arg_get(a, 0, "default_value");
-        bool boolean = arg_bool(arg_get(a, 1, "boolean"), false);
-        if (x.k == V_UNDEF || (boolean && !v_truthy(x))) {
-            if (dflt.k == V_UNDEF) return ret_str(c, at, "", 0, out);
-            *out = v_copy(dflt);
-        } else *out = v_copy(x);
-        return 0;
+/* x as a string (s, n), or NULL when it is not one. */
+static const char *str_of(Value x, size_t *n) {
+    const char *s = v_is_str(x) ? v_str(x) : NULL;
+    *n = s ? v_len(x) : 0;
+    return s;
+}
+
+/* safe */
+static int filter_safe(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)c;
+    (void)at;
+    (void)a;
+    (void)name;
+    *out = v_copy(x);
+    return 0;
+}
+
+/* default, d */
+static int filter_default(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    Value dflt = arg_get(a, 0, "default_value");
+    bool boolean = arg_bool(arg_get(a, 1, "boolean"), false);
+    if (x.k == V_UNDEF || (boolean && !v_truthy(x))) {
+        if (dflt.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+        *out = v_copy(dflt);
+    } else *out = v_copy(x);
+    return 0;
+}
+
+/* tojson */
+static int filter_tojson(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    Value ind = arg_get(a, (size_t)-1, "indent"), seps = arg_get(a, (size_t)-1, "separators");
+    if (!(ind.k == V_UNDEF || v_is_int(ind) || is_nullish(ind))) return rt_error(c, at, "tojson: indent must be an integer");
+    JsonStyle st = {v_is_int(ind) ? (int)json_integer_value(ind.j) : 0,
+                    arg_bool(arg_get(a, (size_t)-1, "ensure_ascii"), false),
+                    arg_bool(arg_get(a, (size_t)-1, "sort_keys"), false), ", ", ": "};
+    if (st.indent > 0) st.item_sep = ",";
+    if (st.indent > 64) st.indent = 64;
+    if (v_is_arr(seps)) {
+        json_t *i0 = json_array_get(seps.j, 0), *i1 = json_array_get(seps.j, 1);
+        if (json_array_size(seps.j) != 2 || !json_is_string(i0) || !json_is_string(i1))
+            return rt_error(c, at, "tojson: separators must be two strings");
+        st.item_sep = json_string_value(i0); st.key_sep = json_string_value(i1);
     }
-    if (!strcmp(name, "tojson")) {
-        Value ind = arg_get(a, (size_t)-1, "indent"), seps = arg_get(a, (size_t)-1, "separators");
-        if (!(ind.k == V_UNDEF || v_is_int(ind) || is_nullish(ind))) return rt_error(c, at, "tojson: indent must be an integer");
-        JsonStyle st = {v_is_int(ind) ? (int)json_integer_value(ind.j) : 0,
-                        arg_bool(arg_get(a, (size_t)-1, "ensure_ascii"), false),
-                        arg_bool(arg_get(a, (size_t)-1, "sort_keys"), false), ", ", ": "};
-        if (st.indent > 0) st.item_sep = ",";
-        if (st.indent > 64) st.indent = 64;
-        if (v_is_arr(seps)) {
-            json_t *i0 = json_array_get(seps.j, 0), *i1 = json_array_get(seps.j, 1);
-            if (json_array_size(seps.j) != 2 || !json_is_string(i0) || !json_is_string(i1))
-                return rt_error(c, at, "tojson: separators must be two strings");
-            st.item_sep = json_string_value(i0); st.key_sep = json_string_value(i1);
-        }
-        if (x.k == V_MACRO || x.k == V_FUNC) return rt_error(c, at, "tojson: cannot serialize a %s", v_type(x));
+    if (x.k == V_MACRO || x.k == V_FUNC) return rt_error(c, at, "tojson: cannot serialize a %s", v_type(x));
+    Buf b = {0};
+    json_t *j = v_to_json(x);
+    if (!j) return rt_error(c, at, "out of memory");
+    int rc = json_write(&b, j, &st, 0);
+    json_decref(j);
+    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    return ret_buf(c, at, &b, out);
+}
+
+/* length, count */
+static int filter_length(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    (void)name;
+    size_t n;
+    const char *s = str_of(x, &n);
+    long long len = s ? (long long)utf8_len(s, n) : v_is_arr(x) ? (long long)json_array_size(x.j)
+                  : v_is_obj(x) ? (long long)json_object_size(x.j) : x.k == V_UNDEF ? 0 : -1;
+    if (len < 0) return rt_error(c, at, "filter 'length' cannot be applied to a %s value", v_type(x));
+    return ret_json(c, at, json_integer(len), out);
+}
+
+/* string */
+static int filter_string(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    (void)name;
+    if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+    /* a dict or a list prints as Python's repr(), as in transformers' Jinja2 */
+    if (x.k == V_JSON && (json_is_object(x.j) || json_is_array(x.j))) {
         Buf b = {0};
-        json_t *j = v_to_json(x);
-        if (!j) return rt_error(c, at, "out of memory");
-        int rc = json_write(&b, j, &st, 0);
-        json_decref(j);
-        if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+        if (v_to_python_repr(&b, x.j) < 0) {
+            mem_free(b.s);
+            return rt_error(c, at, "out of memory");
+        }
         return ret_buf(c, at, &b, out);
     }
-    if (!strcmp(name, "length") || !strcmp(name, "count")) {
-        long long len = s ? (long long)utf8_len(s, n) : v_is_arr(x) ? (long long)json_array_size(x.j)
-                      : v_is_obj(x) ? (long long)json_object_size(x.j) : x.k == V_UNDEF ? 0 : -1;
-        if (len < 0) return rt_error(c, at, "filter 'length' cannot be applied to a %s value", v_type(x));
-        return ret_json(c, at, json_integer(len), out);
+    return to_string_value(c, at, x, out);
+}
+
+/* trim */
+static int filter_trim(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    size_t n;
+    const char *s = str_of(x, &n);
+    if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+    if (!s) return rt_error(c, at, "filter 'trim' cannot be applied to a %s value", v_type(x));
+    size_t b, e;
+    strip_bounds(s, n, arg_get(a, 0, "chars"), true, true, &b, &e);
+    return ret_str(c, at, s + b, e - b, out);
+}
+
+/* upper, lower, title, capitalize */
+static int filter_case(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    size_t n;
+    const char *s = str_of(x, &n);
+    if (!s) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+    return case_map(c, at, x, name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 't' ? 't' : 'c', out);
+}
+
+/* replace */
+static int filter_replace(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    size_t n;
+    const char *s = str_of(x, &n);
+    Value a0 = arg_get(a, 0, NULL);
+    if (!s) return rt_error(c, at, "filter 'replace' cannot be applied to a %s value", v_type(x));
+    return str_replace(c, at, x, a0, arg_get(a, 1, NULL), arg_get(a, 2, "count"), out);
+}
+
+/* indent */
+static int filter_indent(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    size_t n;
+    const char *s = str_of(x, &n);
+    if (!s) return rt_error(c, at, "filter 'indent' cannot be applied to a %s value", v_type(x));
+    Value w = arg_get(a, 0, "width");
+    bool first = arg_bool(arg_get(a, 1, "first"), false), blank = arg_bool(arg_get(a, 2, "blank"), false);
+    Buf pad = {0}, b = {0};
+    int rc = 0;
+    if (v_is_str(w)) rc = buf_put(&pad, v_str(w), v_len(w));
+    else for (long long k = 0, wn = v_is_int(w) ? json_integer_value(w.j) : 4; rc == 0 && k < wn && k < 4096; k++) rc = buf_put(&pad, " ", 1);
+    size_t i = 0, line = 0;
+    while (rc == 0) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t end = nl ? (size_t)(nl - s) : n;
+        bool skip = (line == 0 && !first) || (end == i && !blank);
+        if (!skip) rc = buf_put(&b, pad.s, pad.len);
+        if (rc == 0) rc = buf_put(&b, s + i, end - i);
+        if (!nl || rc) break;
+        if (rc == 0) rc = buf_put(&b, "\n", 1);
+        i = end + 1; line++;
     }
-    if (!strcmp(name, "string")) {
-        if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
-        if (x.k == V_JSON && (json_is_object(x.j) || json_is_array(x.j))) {
+    mem_free(pad.s);
+    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    return ret_buf(c, at, &b, out);
+}
+
+/* int, float */
+static int filter_number(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    size_t n;
+    const char *s = str_of(x, &n);
+    bool is_int = name[0] == 'i';
+    Value dflt = arg_get(a, 0, "default");
+    double d;
+    if (s) {
+        char buf[64];
+        size_t l = n < sizeof buf - 1 ? n : sizeof buf - 1;
+        memcpy(buf, s, l); buf[l] = 0;
+        char *end;
+        d = is_int ? (double)strtoll(buf, &end, 10) : strtod(buf, &end);
+        if (end == buf) {
+            if (dflt.k != V_UNDEF) { *out = v_copy(dflt); return 0; }
+            d = 0;
+        }
+    } else if (v_is_num(x) || (x.k == V_JSON && json_is_boolean(x.j))) d = v_num(x);
+    else return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+    return ret_json(c, at, is_int ? json_integer((json_int_t)trunc(d)) : json_real(d), out);
+}
+
+/* abs */
+static int filter_abs(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    (void)name;
+    if (v_is_int(x)) return ret_json(c, at, json_integer(llabs(json_integer_value(x.j))), out);
+    if (v_is_num(x)) return ret_json(c, at, json_real(fabs(v_num(x))), out);
+    return rt_error(c, at, "filter 'abs' cannot be applied to a %s value", v_type(x));
+}
+
+/* bool */
+static int filter_bool(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)c;
+    (void)at;
+    (void)a;
+    (void)name;
+    *out = v_json(json_boolean(v_truthy(x))); return 0;
+}
+
+/* items, dictsort */
+static int filter_items_dictsort(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
+    if (!v_is_obj(x)) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+    if (name[0] == 'i') return items_of(c, at, x.j, 'i', out);
+    Value pairs;
+    TRY(items_of(c, at, x.j, 'i', &pairs));
+    bool by_value = v_is_str(arg_get(a, 1, "by")) && !strcmp(v_str(arg_get(a, 1, "by")), "value");
+    int rc = sorted(c, at, pairs.j, arg_bool(arg_get(a, 2, "reverse"), false), arg_bool(arg_get(a, 0, "case_sensitive"), false),
+                    by_value ? "1" : "0", out);
+    v_free(&pairs);
+    return rc;
+}
+
+/* join */
+static int filter_join(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    size_t n;
+    const char *s = str_of(x, &n);
+    Value sep = arg_get(a, 0, "d");
+    Value attr = arg_get(a, 1, "attribute");
+    if (!v_is_arr(x) && !s) return rt_error(c, at, "filter 'join' cannot be applied to a %s value", v_type(x));
+    Buf b = {0};
+    int rc = 0;
+    if (s) {
+        for (size_t i = 0; rc == 0 && i < n; i = utf8_next(s, n, i)) {
+            if (i && v_is_str(sep)) rc = buf_put(&b, v_str(sep), v_len(sep));
+            if (rc == 0) rc = buf_put(&b, s + i, utf8_next(s, n, i) - i);
+        }
+    } else {
+        for (size_t i = 0; rc == 0 && i < json_array_size(x.j); i++) {
+            if (i && v_is_str(sep)) rc = buf_put(&b, v_str(sep), v_len(sep));
+            json_t *item = json_array_get(x.j, i);
+            if (v_is_str(attr)) item = attr_path(item, v_str(attr));
+            if (rc == 0 && item && !json_is_null(item)) rc = v_to_string(&b, (Value){.k = V_JSON, .j = item});
+        }
+    }
+    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    return ret_buf(c, at, &b, out);
+}
+
+/* first, last */
+static int filter_first_last(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    size_t n;
+    const char *s = str_of(x, &n);
+    bool last = name[0] == 'l';
+    if (v_is_arr(x)) {
+        size_t len = json_array_size(x.j);
+        if (len) *out = v_json(json_incref(json_array_get(x.j, last ? len - 1 : 0)));
+        return 0;
+    }
+    if (s) {
+        if (!n) return 0;
+        size_t i = 0;
+        if (last) { i = n - 1; while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--; }
+        return ret_str(c, at, s + i, utf8_next(s, n, i) - i, out);
+    }
+    return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+}
+
+/* list, reverse */
+static int filter_list_reverse(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    size_t n;
+    const char *s = str_of(x, &n);
+    json_t *arr = json_array();
+    if (!arr) return rt_error(c, at, "out of memory");
+    int rc = 0;
+    if (v_is_arr(x)) rc = json_array_extend(arr, x.j);
+    else if (s) for (size_t i = 0; rc == 0 && i < n; i = utf8_next(s, n, i)) rc = json_array_append_new(arr, json_stringn_nocheck(s + i, utf8_next(s, n, i) - i));
+    else if (v_is_obj(x)) { const char *k; json_t *v; json_object_foreach(x.j, k, v) if (rc == 0) rc = json_array_append_new(arr, json_string(k)); }
+    else if (x.k != V_UNDEF) { json_decref(arr); return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x)); }
+    if (rc < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+    if (name[0] == 'r') {
+        size_t len = json_array_size(arr);
+        if (s) {  /* reversed string */
             Buf b = {0};
-            if (v_to_python_repr(&b, x.j) < 0) {
-                mem_free(b.s);
-                return rt_error(c, at, "out of memory");
-            }
+            for (size_t i = len; rc == 0 && i-- > 0;) rc = v_to_string(&b, (Value){.k = V_JSON, .j = json_array_get(arr, i)});
+            json_decref(arr);
+            if (rc < 0) { mem_free(b.s); return -1; }
             return ret_buf(c, at, &b, out);
         }
-        return to_string_value(c, at, x, out);
-    }
-    if (!strcmp(name, "trim")) {
-        if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
-        if (!s) return rt_error(c, at, "filter 'trim' cannot be applied to a %s value", v_type(x));
-        size_t b, e;
-        strip_bounds(s, n, arg_get(a, 0, "chars"), true, true, &b, &e);
-        return ret_str(c, at, s + b, e - b, out);
-    }
-    if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") || !strcmp(name, "capitalize")) {
-        if (!s) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
-        return case_map(c, at, x, name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 't' ? 't' : 'c', out);
-    }
-    if (!strcmp(name, "replace")) {
-        if (!s) return rt_error(c, at, "filter 'replace' cannot be applied to a %s value", v_type(x));
-        return str_replace(c, at, x, a0, arg_get(a, 1, NULL), arg_get(a, 2, "count"), out);
-    }
-    if (!strcmp(name, "indent")) {
-        if (!s) return rt_error(c, at, "filter 'indent' cannot be applied to a %s value", v_type(x));
-        Value w = arg_get(a, 0, "width");
-        bool first = arg_bool(arg_get(a, 1, "first"), false), blank = arg_bool(arg_get(a, 2, "blank"), false);
-        Buf pad = {0}, b = {0};
-        int rc = 0;
-        if (v_is_str(w)) rc = buf_put(&pad, v_str(w), v_len(w));
-        else for (long long k = 0, wn = v_is_int(w) ? json_integer_value(w.j) : 4; rc == 0 && k < wn && k < 4096; k++) rc = buf_put(&pad, " ", 1);
-        size_t i = 0, line = 0;
-        while (rc == 0) {
-            const char *nl = memchr(s + i, '\n', n - i);
-            size_t end = nl ? (size_t)(nl - s) : n;
-            bool skip = (line == 0 && !first) || (end == i && !blank);
-            if (!skip) rc = buf_put(&b, pad.s, pad.len);
-            if (rc == 0) rc = buf_put(&b, s + i, end - i);
-            if (!nl || rc) break;
-            if (rc == 0) rc = buf_put(&b, "\n", 1);
-            i = end + 1; line++;
+        for (size_t i = 0; i < len / 2; i++) {
+            json_t *p = json_incref(json_array_get(arr, i)), *q = json_incref(json_array_get(arr, len - 1 - i));
+            json_array_set_new(arr, i, q);
+            json_array_set_new(arr, len - 1 - i, p);
         }
-        mem_free(pad.s);
-        if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
-        return ret_buf(c, at, &b, out);
     }
-    if (!strcmp(name, "int") || !strcmp(name, "float")) {
-        bool is_int = name[0] == 'i';
-        Value dflt = arg_get(a, 0, "default");
-        double d;
-        if (s) {
-            char buf[64];
-            size_t l = n < sizeof buf - 1 ? n : sizeof buf - 1;
-            memcpy(buf, s, l); buf[l] = 0;
-            char *end;
-            d = is_int ? (double)strtoll(buf, &end, 10) : strtod(buf, &end);
-            if (end == buf) {
-                if (dflt.k != V_UNDEF) { *out = v_copy(dflt); return 0; }
-                d = 0;
-            }
-        } else if (v_is_num(x) || (x.k == V_JSON && json_is_boolean(x.j))) d = v_num(x);
-        else return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
-        return ret_json(c, at, is_int ? json_integer((json_int_t)trunc(d)) : json_real(d), out);
+    *out = v_json(arr);
+    return 0;
+}
+
+/* sort */
+static int filter_sort(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    if (!v_is_arr(x)) return rt_error(c, at, "filter 'sort' cannot be applied to a %s value", v_type(x));
+    Value attr = arg_get(a, 2, "attribute");
+    char idx[32];
+    const char *path = v_is_str(attr) ? v_str(attr) : NULL;
+    if (v_is_int(attr)) { snprintf(idx, sizeof idx, "%lld", (long long)json_integer_value(attr.j)); path = idx; }
+    return sorted(c, at, x.j, arg_bool(arg_get(a, 0, "reverse"), false), arg_bool(arg_get(a, 1, "case_sensitive"), false), path, out);
+}
+
+/* unique */
+static int filter_unique(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)a;
+    (void)name;
+    if (!v_is_arr(x)) return rt_error(c, at, "filter 'unique' cannot be applied to a %s value", v_type(x));
+    json_t *arr = json_array();
+    if (!arr) return rt_error(c, at, "out of memory");
+    size_t len = json_array_size(x.j);
+    for (size_t i = 0; i < len; i++) {
+        if (count_iterations(c, at, (long)json_array_size(arr) + 1) < 0) { json_decref(arr); return -1; }
+        Value item = {.k = V_JSON, .j = json_array_get(x.j, i)};
+        bool seen = false;
+        for (size_t k = 0; k < json_array_size(arr) && !seen; k++) seen = v_strict_equal(item, (Value){.k = V_JSON, .j = json_array_get(arr, k)});
+        if (!seen && json_array_append(arr, item.j) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
     }
-    if (!strcmp(name, "abs")) {
-        if (v_is_int(x)) return ret_json(c, at, json_integer(llabs(json_integer_value(x.j))), out);
-        if (v_is_num(x)) return ret_json(c, at, json_real(fabs(v_num(x))), out);
-        return rt_error(c, at, "filter 'abs' cannot be applied to a %s value", v_type(x));
-    }
-    if (!strcmp(name, "bool")) { *out = v_json(json_boolean(v_truthy(x))); return 0; }
-    if (!strcmp(name, "items") || !strcmp(name, "dictsort")) {
-        if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
-        if (!v_is_obj(x)) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
-        if (name[0] == 'i') return items_of(c, at, x.j, 'i', out);
-        Value pairs;
-        TRY(items_of(c, at, x.j, 'i', &pairs));
-        bool by_value = v_is_str(arg_get(a, 1, "by")) && !strcmp(v_str(arg_get(a, 1, "by")), "value");
-        int rc = sorted(c, at, pairs.j, arg_bool(arg_get(a, 2, "reverse"), false), arg_bool(arg_get(a, 0, "case_sensitive"), false),
-                        by_value ? "1" : "0", out);
-        v_free(&pairs);
-        return rc;
-    }
-    if (!strcmp(name, "join")) {
-        Value sep = arg_get(a, 0, "d");
-        Value attr = arg_get(a, 1, "attribute");
-        if (!v_is_arr(x) && !s) return rt_error(c, at, "filter 'join' cannot be applied to a %s value", v_type(x));
-        Buf b = {0};
-        int rc = 0;
-        if (s) {
-            for (size_t i = 0; rc == 0 && i < n; i = utf8_next(s, n, i)) {
-                if (i && v_is_str(sep)) rc = buf_put(&b, v_str(sep), v_len(sep));
-                if (rc == 0) rc = buf_put(&b, s + i, utf8_next(s, n, i) - i);
-            }
-        } else {
-            for (size_t i = 0; rc == 0 && i < json_array_size(x.j); i++) {
-                if (i && v_is_str(sep)) rc = buf_put(&b, v_str(sep), v_len(sep));
-                json_t *item = json_array_get(x.j, i);
-                if (v_is_str(attr)) item = attr_path(item, v_str(attr));
-                if (rc == 0 && item && !json_is_null(item)) rc = v_to_string(&b, (Value){.k = V_JSON, .j = item});
-            }
+    *out = v_json(arr);
+    return 0;
+}
+
+/* selectattr, rejectattr */
+static int filter_select_reject(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    Value a0 = arg_get(a, 0, NULL);
+    bool select = name[0] == 's';
+    if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
+    if (!v_is_arr(x)) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+    Value attr = a0, test = arg_get(a, 1, NULL);
+    if (!v_is_str(attr) || (test.k != V_UNDEF && !v_is_str(test))) return rt_error(c, at, "arguments of '%s' must be strings", name);
+    if (test.k != V_UNDEF && !ct_test_known(v_str(test))) return rt_error(c, at, "unknown test '%s'", v_str(test));
+    json_t *arr = json_array();
+    if (!arr) return rt_error(c, at, "out of memory");
+    Args targs = {0};
+    if (a->npos > 2) { targs.pos[0] = a->pos[2]; targs.npos = 1; }
+    for (size_t i = 0; i < json_array_size(x.j); i++) {
+        json_t *item = json_array_get(x.j, i);
+        if (!json_is_object(item)) { json_decref(arr); return rt_error(c, at, "'%s' can only be applied to a list of objects", name); }
+        json_t *v = attr_path(item, v_str(attr));
+        bool r = false;
+        if (v) {
+            Value vv = {.k = V_JSON, .j = v};
+            if (test.k == V_UNDEF) r = v_truthy(vv);
+            else if (apply_test(c, at, v_str(test), vv, &targs, &r) < 0) { json_decref(arr); return -1; }
         }
-        if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
-        return ret_buf(c, at, &b, out);
+        if (r == select && json_array_append(arr, item) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
     }
-    if (!strcmp(name, "first") || !strcmp(name, "last")) {
-        bool last = name[0] == 'l';
-        if (v_is_arr(x)) {
-            size_t len = json_array_size(x.j);
-            if (len) *out = v_json(json_incref(json_array_get(x.j, last ? len - 1 : 0)));
-            return 0;
-        }
-        if (s) {
-            if (!n) return 0;
-            size_t i = 0;
-            if (last) { i = n - 1; while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--; }
-            return ret_str(c, at, s + i, utf8_next(s, n, i) - i, out);
-        }
-        return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+    *out = v_json(arr);
+    return 0;
+}
+
+/* map */
+static int filter_map(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    (void)name;
+    Value a0 = arg_get(a, 0, NULL);
+    Value attr = arg_get(a, (size_t)-1, "attribute"), dflt = arg_get(a, (size_t)-1, "default");
+    if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
+    if (!v_is_arr(x)) return rt_error(c, at, "filter 'map' cannot be applied to a %s value", v_type(x));
+    json_t *arr = json_array();
+    if (!arr) return rt_error(c, at, "out of memory");
+    for (size_t i = 0; i < json_array_size(x.j); i++) {
+        json_t *item = json_array_get(x.j, i), *r;
+        if (v_is_str(attr)) {
+            r = attr_path(item, v_str(attr));
+            r = r ? json_incref(r) : v_to_json(dflt);
+        } else if (v_is_str(a0) && a->npos == 1 && ct_filter_known(v_str(a0)) && strcmp(v_str(a0), "map")) {
+            Value fr;
+            Args none = {0};
+            if (apply_filter(c, at, v_str(a0), (Value){.k = V_JSON, .j = item}, &none, &fr) < 0) { json_decref(arr); return -1; }
+            r = v_to_json(fr);
+            v_free(&fr);
+        } else { json_decref(arr); return rt_error(c, at, "map: needs attribute='name' or a filter name"); }
+        if (json_array_append_new(arr, r) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
     }
-    if (!strcmp(name, "list") || !strcmp(name, "reverse")) {
-        json_t *arr = json_array();
-        if (!arr) return rt_error(c, at, "out of memory");
-        int rc = 0;
-        if (v_is_arr(x)) rc = json_array_extend(arr, x.j);
-        else if (s) for (size_t i = 0; rc == 0 && i < n; i = utf8_next(s, n, i)) rc = json_array_append_new(arr, json_stringn_nocheck(s + i, utf8_next(s, n, i) - i));
-        else if (v_is_obj(x)) { const char *k; json_t *v; json_object_foreach(x.j, k, v) if (rc == 0) rc = json_array_append_new(arr, json_string(k)); }
-        else if (x.k != V_UNDEF) { json_decref(arr); return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x)); }
-        if (rc < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
-        if (name[0] == 'r') {
-            size_t len = json_array_size(arr);
-            if (s) {  /* reversed string */
-                Buf b = {0};
-                for (size_t i = len; rc == 0 && i-- > 0;) rc = v_to_string(&b, (Value){.k = V_JSON, .j = json_array_get(arr, i)});
-                json_decref(arr);
-                if (rc < 0) { mem_free(b.s); return -1; }
-                return ret_buf(c, at, &b, out);
-            }
-            for (size_t i = 0; i < len / 2; i++) {
-                json_t *p = json_incref(json_array_get(arr, i)), *q = json_incref(json_array_get(arr, len - 1 - i));
-                json_array_set_new(arr, i, q);
-                json_array_set_new(arr, len - 1 - i, p);
-            }
-        }
-        *out = v_json(arr);
-        return 0;
+    *out = v_json(arr);
+    return 0;
+}
+
+/* Every filter, sorted by name for bsearch (strcmp order); also what the
+ * parser accepts. */
+typedef struct {
+    const char *name;
+    FilterFn fn;
+} FilterEntry;
+
+static const FilterEntry FILTER_TABLE[] = {
+    {"abs", filter_abs},
+    {"bool", filter_bool},
+    {"capitalize", filter_case},
+    {"count", filter_length},
+    {"d", filter_default},
+    {"default", filter_default},
+    {"dictsort", filter_items_dictsort},
+    {"first", filter_first_last},
+    {"float", filter_number},
+    {"indent", filter_indent},
+    {"int", filter_number},
+    {"items", filter_items_dictsort},
+    {"join", filter_join},
+    {"last", filter_first_last},
+    {"length", filter_length},
+    {"list", filter_list_reverse},
+    {"lower", filter_case},
+    {"map", filter_map},
+    {"rejectattr", filter_select_reject},
+    {"replace", filter_replace},
+    {"reverse", filter_list_reverse},
+    {"safe", filter_safe},
+    {"selectattr", filter_select_reject},
+    {"sort", filter_sort},
+    {"string", filter_string},
+    {"title", filter_case},
+    {"tojson", filter_tojson},
+    {"trim", filter_trim},
+    {"unique", filter_unique},
+    {"upper", filter_case},
+};
+enum { FILTER_COUNT = sizeof FILTER_TABLE / sizeof FILTER_TABLE[0] };
+
+static int filter_cmp(const void *key, const void *entry) {
+    return strcmp(key, *(const char *const *)entry);
+}
+
+static FilterFn filter_find(const char *name) {
+    const void *e = bsearch(name, FILTER_TABLE, FILTER_COUNT, sizeof FILTER_TABLE[0], filter_cmp);
+    if (!e) {
+        return NULL;
     }
-    if (!strcmp(name, "sort")) {
-        if (!v_is_arr(x)) return rt_error(c, at, "filter 'sort' cannot be applied to a %s value", v_type(x));
-        Value attr = arg_get(a, 2, "attribute");
-        char idx[32];
-        const char *path = v_is_str(attr) ? v_str(attr) : NULL;
-        if (v_is_int(attr)) { snprintf(idx, sizeof idx, "%lld", (long long)json_integer_value(attr.j)); path = idx; }
-        return sorted(c, at, x.j, arg_bool(arg_get(a, 0, "reverse"), false), arg_bool(arg_get(a, 1, "case_sensitive"), false), path, out);
+    return ((const FilterEntry *)e)->fn;
+}
+
+bool ct_filter_known(const char *name) {
+    return filter_find(name) != NULL;
+}
+
+int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
+    *out = v_undef();
+    FilterFn fn = filter_find(name);
+    if (!fn) {
+        return rt_error(c, at, "unknown filter '%s'", name);
     }
-    if (!strcmp(name, "unique")) {
-        if (!v_is_arr(x)) return rt_error(c, at, "filter 'unique' cannot be applied to a %s value", v_type(x));
-        json_t *arr = json_array();
-        if (!arr) return rt_error(c, at, "out of memory");
-        size_t len = json_array_size(x.j);
-        for (size_t i = 0; i < len; i++) {
-            if (count_iterations(c, at, (long)json_array_size(arr) + 1) < 0) { json_decref(arr); return -1; }
-            Value item = {.k = V_JSON, .j = json_array_get(x.j, i)};
-            bool seen = false;
-            for (size_t k = 0; k < json_array_size(arr) && !seen; k++) seen = v_strict_equal(item, (Value){.k = V_JSON, .j = json_array_get(arr, k)});
-            if (!seen && json_array_append(arr, item.j) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
-        }
-        *out = v_json(arr);
-        return 0;
-    }
-    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr")) {
-        bool select = name[0] == 's';
-        if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
-        if (!v_is_arr(x)) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
-        Value attr = a0, test = arg_get(a, 1, NULL);
-        if (!v_is_str(attr) || (test.k != V_UNDEF && !v_is_str(test))) return rt_error(c, at, "arguments of '%s' must be strings", name);
-        if (test.k != V_UNDEF && !ct_test_known(v_str(test))) return rt_error(c, at, "unknown test '%s'", v_str(test));
-        json_t *arr = json_array();
-        if (!arr) return rt_error(c, at, "out of memory");
-        Args targs = {0};
-        if (a->npos > 2) { targs.pos[0] = a->pos[2]; targs.npos = 1; }
-        for (size_t i = 0; i < json_array_size(x.j); i++) {
-            json_t *item = json_array_get(x.j, i);
-            if (!json_is_object(item)) { json_decref(arr); return rt_error(c, at, "'%s' can only be applied to a list of objects", name); }
-            json_t *v = attr_path(item, v_str(attr));
-            bool r = false;
-            if (v) {
-                Value vv = {.k = V_JSON, .j = v};
-                if (test.k == V_UNDEF) r = v_truthy(vv);
-                else if (apply_test(c, at, v_str(test), vv, &targs, &r) < 0) { json_decref(arr); return -1; }
-            }
-            if (r == select && json_array_append(arr, item) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
-        }
-        *out = v_json(arr);
-        return 0;
-    }
-    if (!strcmp(name, "map")) {
-        Value attr = arg_get(a, (size_t)-1, "attribute"), dflt = arg_get(a, (size_t)-1, "default");
-        if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
-        if (!v_is_arr(x)) return rt_error(c, at, "filter 'map' cannot be applied to a %s value", v_type(x));
-        json_t *arr = json_array();
-        if (!arr) return rt_error(c, at, "out of memory");
-        for (size_t i = 0; i < json_array_size(x.j); i++) {
-            json_t *item = json_array_get(x.j, i), *r;
-            if (v_is_str(attr)) {
-                r = attr_path(item, v_str(attr));
-                r = r ? json_incref(r) : v_to_json(dflt);
-            } else if (v_is_str(a0) && a->npos == 1 && ct_filter_known(v_str(a0)) && strcmp(v_str(a0), "map")) {
-                Value fr;
-                Args none = {0};
-                if (apply_filter(c, at, v_str(a0), (Value){.k = V_JSON, .j = item}, &none, &fr) < 0) { json_decref(arr); return -1; }
-                r = v_to_json(fr);
-                v_free(&fr);
-            } else { json_decref(arr); return rt_error(c, at, "map: needs attribute='name' or a filter name"); }
-            if (json_array_append_new(arr, r) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
-        }
-        *out = v_json(arr);
-        return 0;
-    }
-    return rt_error(c, at, "unknown filter '%s'", name);
+    return fn(c, at, name, x, a, out);
 }

@@ -17,7 +17,11 @@
 
 /* ---------------------------------------------------------------- allocator */
 
-struct Block { Block *next; size_t used, cap; max_align_t data[]; };
+struct Block {
+    Block *next;
+    size_t used, cap;
+    max_align_t data[];
+};
 
 void *ct_alloc(ChatTemplate *t, size_t bytes) {
     bytes = (bytes + 15) & ~(size_t)15;
@@ -26,7 +30,9 @@ void *ct_alloc(ChatTemplate *t, size_t bytes) {
         size_t cap = bytes > 65536 ? bytes : 65536;
         b = mem_alloc(sizeof(Block) + cap);
         if (!b) return NULL;
-        b->next = t->blocks; b->used = 0; b->cap = cap;
+        b->next = t->blocks;
+        b->used = 0;
+        b->cap = cap;
         t->blocks = b;
     }
     void *p = (char *)b->data + b->used;
@@ -37,56 +43,57 @@ void *ct_alloc(ChatTemplate *t, size_t bytes) {
 
 static char *ct_strndup(ChatTemplate *t, const char *s, size_t n) {
     char *d = ct_alloc(t, n + 1);
-    if (d) { memcpy(d, s, n); d[n] = 0; }
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
     return d;
 }
 
-/* ---------------------------------------------------------------- whitespace */
-
-/* Bytes of the JavaScript `\s` character starting at s[i] (0 if none). */
-size_t ct_ws_at(const char *s, size_t n, size_t i) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == ' ' || (c >= 9 && c <= 13)) return 1;
-    if (c < 0xC2) return 0;
-    const unsigned char *u = (const unsigned char *)s + i;
-    if (c == 0xC2 && i + 1 < n && u[1] == 0xA0) return 2;
-    if (i + 2 >= n) return 0;
-    if (c == 0xE1 && u[1] == 0x9A && u[2] == 0x80) return 3;
-    if (c == 0xE2 && u[1] == 0x80 && ((u[2] >= 0x80 && u[2] <= 0x8A) || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF)) return 3;
-    if (c == 0xE2 && u[1] == 0x81 && u[2] == 0x9F) return 3;
-    if (c == 0xE3 && u[1] == 0x80 && u[2] == 0x80) return 3;
-    if (c == 0xEF && u[1] == 0xBB && u[2] == 0xBF) return 3;
-    return 0;
-}
-
-/* Bytes of the whitespace character ending just before s[end] (0 if none). */
-size_t ct_ws_before(const char *s, size_t end) {
-    for (size_t k = 1; k <= 3 && k <= end; k++)
-        if (ct_ws_at(s, end, end - k) == k) return k;
-    return 0;
-}
 
 /* ---------------------------------------------------------------- preprocess */
 
-typedef struct { char *s; uint32_t *at; size_t n; } Src;
+typedef struct {
+    char *s;
+    uint32_t *at;
+    size_t n;
+} Src;
 
 static int src_new(Src *d, size_t cap) {
     d->s = mem_alloc(cap + 1);
     d->at = mem_alloc((cap + 1) * sizeof(uint32_t));
     d->n = 0;
-    if (!d->s || !d->at) { mem_free(d->s); mem_free(d->at); d->s = NULL; d->at = NULL; return -1; }
+    if (!d->s || !d->at) {
+        mem_free(d->s);
+        mem_free(d->at);
+        d->s = NULL;
+        d->at = NULL;
+        return -1;
+    }
     return 0;
 }
-static void src_free(Src *d) { mem_free(d->s); mem_free(d->at); d->s = NULL; d->at = NULL; }
-static void src_put(Src *d, const Src *from, size_t i) { d->s[d->n] = from->s[i]; d->at[d->n] = from->at[i]; d->n++; }
-static void src_finish(Src *d, uint32_t end_at) { d->s[d->n] = 0; d->at[d->n] = end_at; }
+static void src_free(Src *d) {
+    mem_free(d->s);
+    mem_free(d->at);
+    d->s = NULL;
+    d->at = NULL;
+}
+static void src_put(Src *d, const Src *from, size_t i) {
+    d->s[d->n] = from->s[i];
+    d->at[d->n] = from->at[i];
+    d->n++;
+}
+static void src_finish(Src *d, uint32_t end_at) {
+    d->s[d->n] = 0;
+    d->at[d->n] = end_at;
+}
 
 static bool line_start(const Src *a, size_t i) {
     if (i == 0) return true;
     unsigned char c = (unsigned char)a->s[i - 1];
     if (c == '\n' || c == '\r') return true;
     return i >= 3 && (unsigned char)a->s[i - 3] == 0xE2 && (unsigned char)a->s[i - 2] == 0x80 &&
-           (c == 0xA8 || c == 0xA9);
+        (c == 0xA8 || c == 0xA9);
 }
 
 /* lstrip_blocks: /^[ \t]*({[#%-])/gm -> "$1" */
@@ -118,31 +125,39 @@ static int pass_trim(Src *out, const Src *in) {
 /* Matches /{%(-?)\s*(?:end)?generation\s*(-?)%}(\s*)/ at i: returns the end of
  * the tag (before the trailing whitespace) or 0. */
 static size_t match_generation(const Src *in, size_t i, bool *lstrip, bool *rstrip) {
-    const char *s = in->s; size_t n = in->n, k = i + 2, w;
+    const char *s = in->s;
+    size_t n = in->n, k = i + 2, w;
     if (!(s[i] == '{' && i + 1 < n && s[i + 1] == '%')) return 0;
-    *lstrip = k < n && s[k] == '-'; if (*lstrip) k++;
+    *lstrip = k < n && s[k] == '-';
+    if (*lstrip) k++;
     while (k < n && (w = ct_ws_at(s, n, k))) k += w;
     if (n - k >= 3 && !memcmp(s + k, "end", 3)) k += 3;
     if (n - k < 10 || memcmp(s + k, "generation", 10)) return 0;
     k += 10;
     while (k < n && (w = ct_ws_at(s, n, k))) k += w;
-    *rstrip = k < n && s[k] == '-'; if (*rstrip) k++;
+    *rstrip = k < n && s[k] == '-';
+    if (*rstrip) k++;
     if (n - k < 2 || s[k] != '%' || s[k + 1] != '}') return 0;
     return k + 2;
 }
 
 static int pass_generation(Src *out, const Src *in) {
     TRY(src_new(out, in->n));
-    size_t out_last = 0;  /* output length after the previous match */
+    size_t out_last = 0; /* output length after the previous match */
     for (size_t i = 0; i < in->n;) {
         bool ls, rs;
         size_t end = in->s[i] == '{' ? match_generation(in, i, &ls, &rs) : 0;
-        if (!end) { src_put(out, in, i++); continue; }
-        if (ls) while (out->n > out_last && ct_ws_at(out->s, out->n, out->n - 1) == 1) out->n--;
+        if (!end) {
+            src_put(out, in, i++);
+            continue;
+        }
+        if (ls)
+            while (out->n > out_last && ct_ws_at(out->s, out->n, out->n - 1) == 1) out->n--;
         size_t w;
         i = end;
         while (i < in->n && (w = ct_ws_at(in->s, in->n, i))) {
-            if (!rs) for (size_t q = 0; q < w; q++) src_put(out, in, i + q);
+            if (!rs)
+                for (size_t q = 0; q < w; q++) src_put(out, in, i + q);
             i += w;
         }
         out_last = out->n;
@@ -154,30 +169,51 @@ static int pass_generation(Src *out, const Src *in) {
 /* ---------------------------------------------------------------- lexer */
 
 typedef enum {
-    T_TEXT, T_NUM, T_STR, T_IDENT, T_EQUALS, T_LPAREN, T_RPAREN, T_OPEN_STMT, T_CLOSE_STMT,
-    T_OPEN_EXPR, T_CLOSE_EXPR, T_LBRACKET, T_RBRACKET, T_LBRACE, T_RBRACE, T_COMMA, T_DOT,
-    T_COLON, T_PIPE, T_ADD, T_MUL, T_POW, T_CMP, T_UNARY, T_COMMENT, T_EOF,
+    T_TEXT,
+    T_NUM,
+    T_STR,
+    T_IDENT,
+    T_EQUALS,
+    T_LPAREN,
+    T_RPAREN,
+    T_OPEN_STMT,
+    T_CLOSE_STMT,
+    T_OPEN_EXPR,
+    T_CLOSE_EXPR,
+    T_LBRACKET,
+    T_RBRACKET,
+    T_LBRACE,
+    T_RBRACE,
+    T_COMMA,
+    T_DOT,
+    T_COLON,
+    T_PIPE,
+    T_ADD,
+    T_MUL,
+    T_POW,
+    T_CMP,
+    T_UNARY,
+    T_COMMENT,
+    T_EOF,
 } TokType;
 
-typedef struct { TokType type; const char *val; size_t len; size_t at; } Token;
+typedef struct {
+    TokType type;
+    const char *val;
+    size_t len;
+    size_t at;
+} Token;
 
 typedef struct {
     ChatTemplate *t;
-    const char *source;   /* original, for line:col */
-    Src src;              /* preprocessed */
-    Token *toks; size_t n, cap;
-    size_t pos;           /* parser cursor */
+    const char *source; /* original, for line:col */
+    Src src; /* preprocessed */
+    Token *toks;
+    size_t n, cap;
+    size_t pos; /* parser cursor */
     int depth;
 } Parser;
 
-void ct_where(const char *source, size_t off, uint32_t *line, uint32_t *col) {
-    uint32_t l = 1, c = 1;
-    for (size_t i = 0; i < off && source[i]; i++) {
-        if (source[i] == '\n') { l++; c = 1; }
-        else if (((unsigned char)source[i] & 0xC0) != 0x80) c++;
-    }
-    *line = l; *col = c;
-}
 
 static uint32_t orig_offset(const Parser *p, size_t at) { return p->src.at[at < p->src.n ? at : p->src.n]; }
 
@@ -198,13 +234,16 @@ static int push_tok(Parser *p, TokType type, const char *val, size_t len, size_t
         size_t cap = p->cap ? p->cap * 2 : 256;
         Token *nt = mem_realloc(p->toks, cap * sizeof(Token));
         if (!nt) return -1;
-        p->toks = nt; p->cap = cap;
+        p->toks = nt;
+        p->cap = cap;
     }
     p->toks[p->n++] = (Token){type, val, len, at};
     return 0;
 }
 
-static bool is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+static bool is_word(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 static void strip_last_text(Parser *p) {
@@ -216,8 +255,9 @@ static void strip_last_text(Parser *p) {
 }
 
 static int lex_string(Parser *p, size_t *ip, char quote) {
-    const char *s = p->src.s; size_t n = p->src.n, start = *ip - 1, i = *ip;
-    size_t end = i;  /* the closing quote bounds the decoded length */
+    const char *s = p->src.s;
+    size_t n = p->src.n, start = *ip - 1, i = *ip;
+    size_t end = i; /* the closing quote bounds the decoded length */
     while (end < n && s[end] != quote) end += (s[end] == '\\' && end + 1 < n) ? 2 : 1;
     char *buf = ct_alloc(p->t, end - i + 1);
     if (!buf) return -1;
@@ -227,7 +267,10 @@ static int lex_string(Parser *p, size_t *ip, char quote) {
         char c = s[i];
         if (c == quote) break;
         i++;
-        if (c != '\\') { buf[len++] = c; continue; }
+        if (c != '\\') {
+            buf[len++] = c;
+            continue;
+        }
         if (i >= n) return fail_at(p, start, "unterminated string literal%s%s", NULL, NULL);
         char e = s[i++];
         switch (e) {
@@ -237,20 +280,34 @@ static int lex_string(Parser *p, size_t *ip, char quote) {
         case 'b': buf[len++] = '\b'; break;
         case 'f': buf[len++] = '\f'; break;
         case 'v': buf[len++] = '\v'; break;
-        case '\'': case '"': case '\\': buf[len++] = e; break;
-        case 'x': case 'u': {
+        case '\'':
+        case '"':
+        case '\\': buf[len++] = e; break;
+        case 'x':
+        case 'u': {
             int hl = e == 'x' ? 2 : 4;
             unsigned cp = 0;
             for (int k = 0; k < hl; k++) {
                 char h = i + k < n ? s[i + k] : 0;
-                int v = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
-                if (v < 0) return fail_at(p, i - 2, "invalid hexadecimal escape sequence in string literal%s%s", NULL, NULL);
+                int v = is_digit(h)          ? h - '0'
+                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                             : -1;
+                if (v < 0)
+                    return fail_at(p, i - 2, "invalid hexadecimal escape sequence in string literal%s%s", NULL, NULL);
                 cp = cp * 16 + (unsigned)v;
             }
             i += hl;
-            if (cp < 0x80) buf[len++] = (char)cp;
-            else if (cp < 0x800) { buf[len++] = (char)(0xC0 | (cp >> 6)); buf[len++] = (char)(0x80 | (cp & 63)); }
-            else { buf[len++] = (char)(0xE0 | (cp >> 12)); buf[len++] = (char)(0x80 | ((cp >> 6) & 63)); buf[len++] = (char)(0x80 | (cp & 63)); }
+            if (cp < 0x80)
+                buf[len++] = (char)cp;
+            else if (cp < 0x800) {
+                buf[len++] = (char)(0xC0 | (cp >> 6));
+                buf[len++] = (char)(0x80 | (cp & 63));
+            } else {
+                buf[len++] = (char)(0xE0 | (cp >> 12));
+                buf[len++] = (char)(0x80 | ((cp >> 6) & 63));
+                buf[len++] = (char)(0x80 | (cp & 63));
+            }
             break;
         }
         default: {
@@ -265,15 +322,19 @@ static int lex_string(Parser *p, size_t *ip, char quote) {
 }
 
 static int lex(Parser *p) {
-    const char *s = p->src.s; size_t n = p->src.n, i = 0;
+    const char *s = p->src.s;
+    size_t n = p->src.n, i = 0;
     int curly = 0;
-    static const struct { const char *seq; TokType type; } table[] = {
-        {"{%", T_OPEN_STMT}, {"%}", T_CLOSE_STMT}, {"{{", T_OPEN_EXPR}, {"}}", T_CLOSE_EXPR},
-        {"(", T_LPAREN}, {")", T_RPAREN}, {"{", T_LBRACE}, {"}", T_RBRACE}, {"[", T_LBRACKET},
-        {"]", T_RBRACKET}, {",", T_COMMA}, {".", T_DOT}, {":", T_COLON}, {"|", T_PIPE},
-        {"<=", T_CMP}, {">=", T_CMP}, {"==", T_CMP}, {"!=", T_CMP}, {"<", T_CMP}, {">", T_CMP},
-        {"+", T_ADD}, {"-", T_ADD}, {"~", T_ADD}, {"**", T_POW}, {"*", T_MUL}, {"//", T_MUL},
-        {"/", T_MUL}, {"%", T_MUL}, {"=", T_EQUALS},
+    static const struct {
+        const char *seq;
+        TokType type;
+    } table[] = {
+        {"{%", T_OPEN_STMT}, {"%}", T_CLOSE_STMT}, {"{{", T_OPEN_EXPR}, {"}}", T_CLOSE_EXPR}, {"(", T_LPAREN},
+        {")", T_RPAREN},     {"{", T_LBRACE},      {"}", T_RBRACE},     {"[", T_LBRACKET},    {"]", T_RBRACKET},
+        {",", T_COMMA},      {".", T_DOT},         {":", T_COLON},      {"|", T_PIPE},        {"<=", T_CMP},
+        {">=", T_CMP},       {"==", T_CMP},        {"!=", T_CMP},       {"<", T_CMP},         {">", T_CMP},
+        {"+", T_ADD},        {"-", T_ADD},         {"~", T_ADD},        {"**", T_POW},        {"*", T_MUL},
+        {"//", T_MUL},       {"/", T_MUL},         {"%", T_MUL},        {"=", T_EQUALS},
     };
     while (i < n) {
         TokType last = p->n ? p->toks[p->n - 1].type : T_EOF;
@@ -282,12 +343,19 @@ static int lex(Parser *p) {
             size_t end = i;
             for (;;) {
                 const char *q = memchr(s + end, '{', n - end);
-                if (!q) { end = n; break; }
+                if (!q) {
+                    end = n;
+                    break;
+                }
                 end = (size_t)(q - s);
                 if (end + 1 < n && (s[end + 1] == '%' || s[end + 1] == '{' || s[end + 1] == '#')) break;
                 end++;
             }
-            if (end > i) { TRY(push_tok(p, T_TEXT, s + i, end - i, i)); i = end; continue; }
+            if (end > i) {
+                TRY(push_tok(p, T_TEXT, s + i, end - i, i));
+                i = end;
+                continue;
+            }
         }
         if (s[i] == '{' && i + 1 < n) {
             char nx = s[i + 1];
@@ -297,7 +365,11 @@ static int lex(Parser *p) {
                 bool strip_before = i < n && s[i] == '-';
                 if (strip_before) i++;
                 const char *q = NULL;
-                for (size_t k = i; k + 1 < n; k++) if (s[k] == '#' && s[k + 1] == '}') { q = s + k; break; }
+                for (size_t k = i; k + 1 < n; k++)
+                    if (s[k] == '#' && s[k + 1] == '}') {
+                        q = s + k;
+                        break;
+                    }
                 if (!q) return fail_at(p, start, "unterminated comment (missing #})%s%s", NULL, NULL);
                 size_t end = (size_t)(q - s);
                 bool strip_after = end > i && s[end - 1] == '-';
@@ -305,7 +377,8 @@ static int lex(Parser *p) {
                 TRY(push_tok(p, T_COMMENT, s + i, 0, start));
                 i = end + 2;
                 size_t w;
-                if (strip_after) while (i < n && (w = ct_ws_at(s, n, i))) i += w;
+                if (strip_after)
+                    while (i < n && (w = ct_ws_at(s, n, i))) i += w;
                 continue;
             }
             if (i + 2 < n && s[i + 2] == '-' && (nx == '%' || nx == '{')) {
@@ -327,11 +400,15 @@ static int lex(Parser *p) {
             continue;
         }
         if (c == '-' || c == '+') {
-            if (last == T_TEXT || last == T_EOF) return fail_at(p, i, "unexpected character '%s'%s", c == '-' ? "-" : "+", NULL);
+            if (last == T_TEXT || last == T_EOF)
+                return fail_at(p, i, "unexpected character '%s'%s", c == '-' ? "-" : "+", NULL);
             if (!(last == T_IDENT || last == T_NUM || last == T_STR || last == T_RPAREN || last == T_RBRACKET)) {
                 size_t start = i++;
                 while (i < n && is_digit(s[i])) i++;
-                if (i > start + 1 && i + 1 < n && s[i] == '.' && is_digit(s[i + 1])) { i++; while (i < n && is_digit(s[i])) i++; }
+                if (i > start + 1 && i + 1 < n && s[i] == '.' && is_digit(s[i + 1])) {
+                    i++;
+                    while (i < n && is_digit(s[i])) i++;
+                }
                 TRY(push_tok(p, i > start + 1 ? T_NUM : T_UNARY, s + start, i - start, start));
                 continue;
             }
@@ -342,20 +419,30 @@ static int lex(Parser *p) {
             if (table[k].type == T_CLOSE_EXPR && curly > 0) continue;
             if (n - i >= l && !memcmp(s + i, table[k].seq, l)) {
                 TRY(push_tok(p, table[k].type, s + i, l, i));
-                if (table[k].type == T_OPEN_EXPR) curly = 0;
-                else if (table[k].type == T_LBRACE) curly++;
-                else if (table[k].type == T_RBRACE) curly--;
+                if (table[k].type == T_OPEN_EXPR)
+                    curly = 0;
+                else if (table[k].type == T_LBRACE)
+                    curly++;
+                else if (table[k].type == T_RBRACE)
+                    curly--;
                 i += l;
                 matched = true;
                 break;
             }
         }
         if (matched) continue;
-        if (c == '\'' || c == '"') { i++; TRY(lex_string(p, &i, c)); continue; }
+        if (c == '\'' || c == '"') {
+            i++;
+            TRY(lex_string(p, &i, c));
+            continue;
+        }
         if (is_digit(c)) {
             size_t start = i;
             while (i < n && is_digit(s[i])) i++;
-            if (last != T_DOT && i + 1 < n && s[i] == '.' && is_digit(s[i + 1])) { i++; while (i < n && is_digit(s[i])) i++; }
+            if (last != T_DOT && i + 1 < n && s[i] == '.' && is_digit(s[i + 1])) {
+                i++;
+                while (i < n && is_digit(s[i])) i++;
+            }
             TRY(push_tok(p, T_NUM, s + start, i - start, start));
             continue;
         }
@@ -388,26 +475,43 @@ static bool is_ident2(Parser *p, const char *a, const char *b) {
 /* {% NAME where NAME is one of the NULL-terminated names */
 static bool is_statement(Parser *p, const char *const *names) {
     if (!is(p, T_OPEN_STMT)) return false;
-    for (; *names; names++) if (tok_is_word(&p->toks[p->pos + 1], *names)) return true;
+    for (; *names; names++)
+        if (tok_is_word(&p->toks[p->pos + 1], *names)) return true;
     return false;
 }
 
 static const char *tok_name(TokType t) {
-    static const char *names[] = {"text", "number", "string", "name", "'='", "'('", "')'", "'{%'", "'%}'",
-        "'{{'", "'}}'", "'['", "']'", "'{'", "'}'", "','", "'.'", "':'", "'|'", "operator", "operator",
-        "'**'", "comparison", "unary operator", "comment", "end of template"};
+    static const char *names[] = {"text",       "number",
+                                  "string",     "name",
+                                  "'='",        "'('",
+                                  "')'",        "'{%'",
+                                  "'%}'",       "'{{'",
+                                  "'}}'",       "'['",
+                                  "']'",        "'{'",
+                                  "'}'",        "','",
+                                  "'.'",        "':'",
+                                  "'|'",        "operator",
+                                  "operator",   "'**'",
+                                  "comparison", "unary operator",
+                                  "comment",    "end of template"};
     return names[t];
 }
 
 static int expect(Parser *p, TokType t) {
-    if (is(p, t)) { p->pos++; return 0; }
+    if (is(p, t)) {
+        p->pos++;
+        return 0;
+    }
     char what[64];
     snprintf(what, sizeof what, "%s", tok_name(t));
     return fail_at(p, peek(p)->at, "expected %s, got %s", what, tok_name(peek(p)->type));
 }
 
 static int expect_word(Parser *p, const char *w) {
-    if (is_ident(p, w)) { p->pos++; return 0; }
+    if (is_ident(p, w)) {
+        p->pos++;
+        return 0;
+    }
     return fail_at(p, peek(p)->at, "expected '%s', got %s", w, tok_name(peek(p)->type));
 }
 
@@ -422,13 +526,19 @@ static Node *node(Parser *p, NodeKind kind, size_t at) {
 /* Makes the constant of a literal node once, at compile time. */
 static int set_lit(Parser *p, Node *nd) {
     ChatTemplate *t = p->t;
-    json_t *j = nd->kind == E_STR ? json_stringn_nocheck(nd->str, nd->len) : nd->kind == E_INT ? json_integer(nd->ival) : json_real(nd->fval);
+    json_t *j = nd->kind == E_STR ? json_stringn_nocheck(nd->str, nd->len)
+        : nd->kind == E_INT       ? json_integer(nd->ival)
+                                  : json_real(nd->fval);
     if (!j) return error_set("%s: out of memory", t->name);
     if (t->n_lits == t->cap_lits) {
         size_t cap = t->cap_lits ? t->cap_lits * 2 : 64;
         json_t **nl = mem_realloc(t->lits, cap * sizeof(json_t *));
-        if (!nl) { json_decref(j); return -1; }
-        t->lits = nl; t->cap_lits = cap;
+        if (!nl) {
+            json_decref(j);
+            return -1;
+        }
+        t->lits = nl;
+        t->cap_lits = cap;
     }
     t->lits[t->n_lits++] = j;
     /* Immortal, as jansson's own true/false/null: incref/decref only read the
@@ -439,7 +549,10 @@ static int set_lit(Parser *p, Node *nd) {
 }
 
 /* growable list of nodes in the block allocator */
-typedef struct { Node **v; size_t n, cap; } NodeList;
+typedef struct {
+    Node **v;
+    size_t n, cap;
+} NodeList;
 static int list_push(Parser *p, NodeList *l, Node *x) {
     if (!x) return -1;
     if (l->n == l->cap) {
@@ -447,7 +560,8 @@ static int list_push(Parser *p, NodeList *l, Node *x) {
         Node **nv = ct_alloc(p->t, cap * sizeof(Node *));
         if (!nv) return -1;
         if (l->n) memcpy(nv, l->v, l->n * sizeof(Node *));
-        l->v = nv; l->cap = cap;
+        l->v = nv;
+        l->cap = cap;
     }
     l->v[l->n++] = x;
     return 0;
@@ -501,18 +615,24 @@ static int parse_args(Parser *p, NodeList *args, bool parameters) {
             if (arg->kind != E_IDENT) return fail_at(p, at, "expected a name before '='%s%s", NULL, NULL);
             Node *kw = node(p, E_KWARG, at);
             if (!kw) return -1;
-            kw->str = arg->str; kw->len = arg->len;
+            kw->str = arg->str;
+            kw->len = arg->len;
             if (!(kw->a = parse_expression(p))) return -1;
             arg = kw;
             saw_kw = true;
         } else if (saw_kw) {
-            return fail_at(p, at, "%s%s", parameters ? "non-default parameter follows default parameter" : "positional argument follows keyword argument", NULL);
+            return fail_at(p, at, "%s%s",
+                           parameters ? "non-default parameter follows default parameter"
+                                      : "positional argument follows keyword argument",
+                           NULL);
         }
         if (parameters && arg->kind != E_IDENT && arg->kind != E_KWARG)
             return fail_at(p, at, "expected a parameter name%s%s", NULL, NULL);
         TRY(list_push(p, args, arg));
-        if (is(p, T_COMMA)) p->pos++;
-        else if (!is(p, T_RPAREN)) return fail_at(p, peek(p)->at, "expected ',' or ')', got %s%s", tok_name(peek(p)->type), NULL);
+        if (is(p, T_COMMA))
+            p->pos++;
+        else if (!is(p, T_RPAREN))
+            return fail_at(p, peek(p)->at, "expected ',' or ')', got %s%s", tok_name(peek(p)->type), NULL);
     }
     p->pos++;
     return 0;
@@ -530,7 +650,10 @@ static Node *parse_sequence(Parser *p, bool primary) {
         if (list_push(p, &l, primary ? parse_primary(p) : parse_expression(p)) < 0) return NULL;
     }
     Node *t = node(p, E_TUPLE, at);
-    if (t) { t->list = l.v; t->n = l.n; }
+    if (t) {
+        t->list = l.v;
+        t->n = l.n;
+    }
     return t;
 }
 
@@ -547,7 +670,8 @@ static Node *parse_member(Parser *p, Node *obj) {
             if (tk->type == T_IDENT) {
                 Node *prop = node(p, E_STR, tk->at);
                 if (!prop) return NULL;
-                prop->str = ct_strndup(p->t, tk->val, tk->len); prop->len = tk->len;
+                prop->str = ct_strndup(p->t, tk->val, tk->len);
+                prop->len = tk->len;
                 if (!prop->str || set_lit(p, prop) < 0) return NULL;
                 m->b = prop;
             } else if (tk->type == T_NUM && !memchr(tk->val, '.', tk->len) && tk->val[0] != '-') {
@@ -569,16 +693,35 @@ static Node *parse_member(Parser *p, Node *obj) {
         size_t count = 0;
         bool slice = false;
         while (!is(p, T_RBRACKET)) {
-            if (is(p, T_EOF)) { fail_at(p, at, "unclosed '['%s%s", NULL, NULL); return NULL; }
-            if (count == 3) { fail_at(p, at, "a slice takes at most 3 parts%s%s", NULL, NULL); return NULL; }
-            if (is(p, T_COLON)) { parts[count++] = NULL; p->pos++; slice = true; continue; }
+            if (is(p, T_EOF)) {
+                fail_at(p, at, "unclosed '['%s%s", NULL, NULL);
+                return NULL;
+            }
+            if (count == 3) {
+                fail_at(p, at, "a slice takes at most 3 parts%s%s", NULL, NULL);
+                return NULL;
+            }
+            if (is(p, T_COLON)) {
+                parts[count++] = NULL;
+                p->pos++;
+                slice = true;
+                continue;
+            }
             Node *e = parse_expression(p);
             if (!e) return NULL;
             parts[count++] = e;
-            if (is(p, T_COLON)) { p->pos++; slice = true; }
-            else if (!is(p, T_RBRACKET)) { fail_at(p, peek(p)->at, "expected ']', got %s%s", tok_name(peek(p)->type), NULL); return NULL; }
+            if (is(p, T_COLON)) {
+                p->pos++;
+                slice = true;
+            } else if (!is(p, T_RBRACKET)) {
+                fail_at(p, peek(p)->at, "expected ']', got %s%s", tok_name(peek(p)->type), NULL);
+                return NULL;
+            }
         }
-        if (count == 0) { fail_at(p, at, "empty subscript []%s%s", NULL, NULL); return NULL; }
+        if (count == 0) {
+            fail_at(p, at, "empty subscript []%s%s", NULL, NULL);
+            return NULL;
+        }
         p->pos++;
         Node *m = node(p, slice ? E_SLICE : E_MEMBER, at);
         if (!m) return NULL;
@@ -605,7 +748,8 @@ static Node *parse_call_member(Parser *p) {
         call->a = e;
         NodeList args = {0};
         if (parse_args(p, &args, false) < 0) return NULL;
-        call->list = args.v; call->n = args.n;
+        call->list = args.v;
+        call->n = args.n;
         e = parse_member(p, call);
     }
     return e;
@@ -631,18 +775,28 @@ static Node *parse_filter(Parser *p) {
     while (e && is(p, T_PIPE)) {
         p->pos++;
         Token *tk = peek(p);
-        if (tk->type != T_IDENT) { fail_at(p, tk->at, "expected a filter name after '|'%s%s", NULL, NULL); return NULL; }
+        if (tk->type != T_IDENT) {
+            fail_at(p, tk->at, "expected a filter name after '|'%s%s", NULL, NULL);
+            return NULL;
+        }
         char *name = ct_strndup(p->t, tk->val, tk->len);
         if (!name) return NULL;
-        if (!ct_filter_known(name)) { fail_at(p, tk->at, "unknown filter '%s'%s", name, NULL); return NULL; }
+        if (!ct_filter_known(name)) {
+            fail_at(p, tk->at, "unknown filter '%s'%s", name, NULL);
+            return NULL;
+        }
         p->pos++;
         Node *f = node(p, E_FILTER, tk->at);
         if (!f) return NULL;
-        f->a = e; f->str = name; f->len = tk->len;
+        f->a = e;
+        f->str = name;
+        f->len = tk->len;
         if (is(p, T_LPAREN)) {
             NodeList args = {0};
             if (parse_args(p, &args, false) < 0) return NULL;
-            f->list = args.v; f->n = args.n; f->ival = 1;
+            f->list = args.v;
+            f->n = args.n;
+            f->ival = 1;
         }
         e = f;
     }
@@ -656,18 +810,28 @@ static Node *parse_test(Parser *p) {
         bool neg = is_ident(p, "not");
         if (neg) p->pos++;
         Token *tk = peek(p);
-        if (tk->type != T_IDENT) { fail_at(p, tk->at, "expected a test name after 'is'%s%s", NULL, NULL); return NULL; }
+        if (tk->type != T_IDENT) {
+            fail_at(p, tk->at, "expected a test name after 'is'%s%s", NULL, NULL);
+            return NULL;
+        }
         char *name = ct_strndup(p->t, tk->val, tk->len);
         if (!name) return NULL;
-        if (!ct_test_known(name)) { fail_at(p, tk->at, "unknown test '%s'%s", name, NULL); return NULL; }
+        if (!ct_test_known(name)) {
+            fail_at(p, tk->at, "unknown test '%s'%s", name, NULL);
+            return NULL;
+        }
         p->pos++;
         Node *t = node(p, E_TEST, tk->at);
         if (!t) return NULL;
-        t->a = e; t->str = name; t->len = tk->len; t->ival = neg;
+        t->a = e;
+        t->str = name;
+        t->len = tk->len;
+        t->ival = neg;
         if (is(p, T_LPAREN)) {
             NodeList args = {0};
             if (parse_args(p, &args, false) < 0) return NULL;
-            t->list = args.v; t->n = args.n;
+            t->list = args.v;
+            t->n = args.n;
         }
         e = t;
     }
@@ -677,13 +841,21 @@ static Node *parse_test(Parser *p) {
 static Node *binary(Parser *p, int op, Node *l, Node *r, size_t at) {
     if (!l || !r) return NULL;
     Node *b = node(p, E_BINARY, at);
-    if (b) { b->op = op; b->a = l; b->b = r; }
+    if (b) {
+        b->op = op;
+        b->a = l;
+        b->b = r;
+    }
     return b;
 }
 
 static Node *parse_power(Parser *p) {
     Node *e = parse_test(p);
-    while (e && is(p, T_POW)) { size_t at = peek(p)->at; p->pos++; e = binary(p, OP_POW, e, parse_test(p), at); }
+    while (e && is(p, T_POW)) {
+        size_t at = peek(p)->at;
+        p->pos++;
+        e = binary(p, OP_POW, e, parse_test(p), at);
+    }
     return e;
 }
 
@@ -714,13 +886,21 @@ static Node *parse_compare(Parser *p) {
     while (e) {
         Token *tk = peek(p);
         int op;
-        if (is_ident2(p, "not", "in")) { op = OP_NOT_IN; p->pos += 2; }
-        else if (is_ident(p, "in")) { op = OP_IN; p->pos++; }
-        else if (is(p, T_CMP)) {
-            const char *v = tk->val;
-            op = v[0] == '=' ? OP_EQ : v[0] == '!' ? OP_NE : v[0] == '<' ? (tk->len == 2 ? OP_LE : OP_LT) : (tk->len == 2 ? OP_GE : OP_GT);
+        if (is_ident2(p, "not", "in")) {
+            op = OP_NOT_IN;
+            p->pos += 2;
+        } else if (is_ident(p, "in")) {
+            op = OP_IN;
             p->pos++;
-        } else break;
+        } else if (is(p, T_CMP)) {
+            const char *v = tk->val;
+            op = v[0] == '='  ? OP_EQ
+                : v[0] == '!' ? OP_NE
+                : v[0] == '<' ? (tk->len == 2 ? OP_LE : OP_LT)
+                              : (tk->len == 2 ? OP_GE : OP_GT);
+            p->pos++;
+        } else
+            break;
         e = binary(p, op, e, parse_add(p), tk->at);
     }
     return e;
@@ -743,13 +923,21 @@ static Node *parse_not(Parser *p) {
 
 static Node *parse_and(Parser *p) {
     Node *e = parse_not(p);
-    while (e && is_ident(p, "and")) { size_t at = peek(p)->at; p->pos++; e = binary(p, OP_AND, e, parse_not(p), at); }
+    while (e && is_ident(p, "and")) {
+        size_t at = peek(p)->at;
+        p->pos++;
+        e = binary(p, OP_AND, e, parse_not(p), at);
+    }
     return e;
 }
 
 static Node *parse_or(Parser *p) {
     Node *e = parse_and(p);
-    while (e && is_ident(p, "or")) { size_t at = peek(p)->at; p->pos++; e = binary(p, OP_OR, e, parse_and(p), at); }
+    while (e && is_ident(p, "or")) {
+        size_t at = peek(p)->at;
+        p->pos++;
+        e = binary(p, OP_OR, e, parse_and(p), at);
+    }
     return e;
 }
 
@@ -764,13 +952,15 @@ static Node *parse_if_expr(Parser *p) {
             p->pos++;
             Node *t = node(p, E_TERNARY, at);
             if (!t) return NULL;
-            t->a = test; t->b = a;
+            t->a = test;
+            t->b = a;
             if (!(t->c = parse_if_expr(p))) return NULL;
             return t;
         }
         Node *s = node(p, E_SELECT, at);
         if (!s) return NULL;
-        s->a = a; s->b = test;
+        s->a = a;
+        s->b = test;
         return s;
     }
     return a;
@@ -790,15 +980,20 @@ static Node *parse_primary(Parser *p) {
         p->pos++;
         char buf[64];
         size_t l = tk->len < sizeof buf - 1 ? tk->len : sizeof buf - 1;
-        memcpy(buf, tk->val, l); buf[l] = 0;
+        memcpy(buf, tk->val, l);
+        buf[l] = 0;
         bool is_float = memchr(tk->val, '.', tk->len) != NULL;
         Node *nd = node(p, is_float ? E_FLOAT : E_INT, tk->at);
         if (!nd) return NULL;
-        if (is_float) nd->fval = strtod(buf, NULL);
+        if (is_float)
+            nd->fval = strtod(buf, NULL);
         else {
             char *end;
             long long v = strtoll(buf, &end, 10);
-            if ((v == LLONG_MAX || v == LLONG_MIN) && tk->len > 18) { fail_at(p, tk->at, "integer literal %s is too large%s", buf, NULL); return NULL; }
+            if ((v == LLONG_MAX || v == LLONG_MIN) && tk->len > 18) {
+                fail_at(p, tk->at, "integer literal %s is too large%s", buf, NULL);
+                return NULL;
+            }
             nd->ival = v;
         }
         return set_lit(p, nd) < 0 ? NULL : nd;
@@ -809,17 +1004,26 @@ static Node *parse_primary(Parser *p) {
         char *buf = ct_alloc(p->t, total + 1);
         if (!buf) return NULL;
         size_t off = 0;
-        while (is(p, T_STR)) { memcpy(buf + off, peek(p)->val, peek(p)->len); off += peek(p)->len; p->pos++; }
+        while (is(p, T_STR)) {
+            memcpy(buf + off, peek(p)->val, peek(p)->len);
+            off += peek(p)->len;
+            p->pos++;
+        }
         Node *nd = node(p, E_STR, tk->at);
         if (!nd) return NULL;
-        nd->str = buf; nd->len = total;
+        nd->str = buf;
+        nd->len = total;
         return set_lit(p, nd) < 0 ? NULL : nd;
     }
     case T_IDENT: {
         p->pos++;
-        static const struct { const char *w; NodeKind k; int v; } lits[] = {
-            {"true", E_BOOL, 1}, {"True", E_BOOL, 1}, {"false", E_BOOL, 0}, {"False", E_BOOL, 0},
-            {"none", E_NONE, 0}, {"None", E_NONE, 0},
+        static const struct {
+            const char *w;
+            NodeKind k;
+            int v;
+        } lits[] = {
+            {"true", E_BOOL, 1},  {"True", E_BOOL, 1}, {"false", E_BOOL, 0},
+            {"False", E_BOOL, 0}, {"none", E_NONE, 0}, {"None", E_NONE, 0},
         };
         for (size_t k = 0; k < sizeof lits / sizeof lits[0]; k++)
             if (tok_is_word(tk, lits[k].w)) {
@@ -829,7 +1033,8 @@ static Node *parse_primary(Parser *p) {
             }
         Node *nd = node(p, E_IDENT, tk->at);
         if (!nd) return NULL;
-        nd->str = ct_strndup(p->t, tk->val, tk->len); nd->len = tk->len;
+        nd->str = ct_strndup(p->t, tk->val, tk->len);
+        nd->len = tk->len;
         return nd->str ? nd : NULL;
     }
     case T_LPAREN: {
@@ -842,35 +1047,55 @@ static Node *parse_primary(Parser *p) {
         p->pos++;
         NodeList l = {0};
         while (!is(p, T_RBRACKET)) {
-            if (is(p, T_EOF)) { fail_at(p, tk->at, "unclosed '['%s%s", NULL, NULL); return NULL; }
+            if (is(p, T_EOF)) {
+                fail_at(p, tk->at, "unclosed '['%s%s", NULL, NULL);
+                return NULL;
+            }
             if (list_push(p, &l, parse_expression(p)) < 0) return NULL;
-            if (is(p, T_COMMA)) p->pos++;
-            else if (!is(p, T_RBRACKET)) { fail_at(p, peek(p)->at, "expected ',' or ']', got %s%s", tok_name(peek(p)->type), NULL); return NULL; }
+            if (is(p, T_COMMA))
+                p->pos++;
+            else if (!is(p, T_RBRACKET)) {
+                fail_at(p, peek(p)->at, "expected ',' or ']', got %s%s", tok_name(peek(p)->type), NULL);
+                return NULL;
+            }
         }
         p->pos++;
         Node *nd = node(p, E_ARRAY, tk->at);
-        if (nd) { nd->list = l.v; nd->n = l.n; }
+        if (nd) {
+            nd->list = l.v;
+            nd->n = l.n;
+        }
         return nd;
     }
     case T_LBRACE: {
         p->pos++;
         NodeList keys = {0}, vals = {0};
         while (!is(p, T_RBRACE)) {
-            if (is(p, T_EOF)) { fail_at(p, tk->at, "unclosed '{'%s%s", NULL, NULL); return NULL; }
+            if (is(p, T_EOF)) {
+                fail_at(p, tk->at, "unclosed '{'%s%s", NULL, NULL);
+                return NULL;
+            }
             if (list_push(p, &keys, parse_expression(p)) < 0) return NULL;
             if (expect(p, T_COLON) < 0) return NULL;
             if (list_push(p, &vals, parse_expression(p)) < 0) return NULL;
-            if (is(p, T_COMMA)) p->pos++;
-            else if (!is(p, T_RBRACE)) { fail_at(p, peek(p)->at, "expected ',' or '}', got %s%s", tok_name(peek(p)->type), NULL); return NULL; }
+            if (is(p, T_COMMA))
+                p->pos++;
+            else if (!is(p, T_RBRACE)) {
+                fail_at(p, peek(p)->at, "expected ',' or '}', got %s%s", tok_name(peek(p)->type), NULL);
+                return NULL;
+            }
         }
         p->pos++;
         Node *nd = node(p, E_OBJECT, tk->at);
-        if (nd) { nd->list = keys.v; nd->n = keys.n; nd->list2 = vals.v; nd->n2 = vals.n; }
+        if (nd) {
+            nd->list = keys.v;
+            nd->n = keys.n;
+            nd->list2 = vals.v;
+            nd->n2 = vals.n;
+        }
         return nd;
     }
-    default:
-        fail_at(p, tk->at, "unexpected %s in expression%s", tok_name(tk->type), NULL);
-        return NULL;
+    default: fail_at(p, tk->at, "unexpected %s in expression%s", tok_name(tk->type), NULL); return NULL;
     }
 }
 
@@ -892,7 +1117,8 @@ static Node *parse_set(Parser *p, size_t at) {
         static const char *const endset[] = {"endset", NULL};
         NodeList body = {0};
         if (parse_body(p, endset, &body, "set", at) < 0) return NULL;
-        s->list = body.v; s->n = body.n;
+        s->list = body.v;
+        s->n = body.n;
         p->pos++;
         if (expect_word(p, "endset") < 0) return NULL;
     }
@@ -919,21 +1145,37 @@ static Node *parse_if_rest(Parser *p, size_t at) {
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
         if (parse_body(p, endif, &alt, "if", at) < 0) return NULL;
     }
-    s->list = body.v; s->n = body.n; s->list2 = alt.v; s->n2 = alt.n;
+    s->list = body.v;
+    s->n = body.n;
+    s->list2 = alt.v;
+    s->n2 = alt.n;
     return s;
 }
 
 static Node *parse_for(Parser *p, size_t at) {
     Node *s = node(p, N_FOR, at);
     if (!s || !(s->a = parse_sequence(p, true))) return NULL;
-    if (s->a->kind != E_IDENT && s->a->kind != E_TUPLE) { fail_at(p, at, "expected loop variable name(s)%s%s", NULL, NULL); return NULL; }
+    if (s->a->kind != E_IDENT && s->a->kind != E_TUPLE) {
+        fail_at(p, at, "expected loop variable name(s)%s%s", NULL, NULL);
+        return NULL;
+    }
     for (size_t k = 0; s->a->kind == E_TUPLE && k < s->a->n; k++)
-        if (s->a->list[k]->kind != E_IDENT) { fail_at(p, at, "expected loop variable name(s)%s%s", NULL, NULL); return NULL; }
+        if (s->a->list[k]->kind != E_IDENT) {
+            fail_at(p, at, "expected loop variable name(s)%s%s", NULL, NULL);
+            return NULL;
+        }
     if (expect_word(p, "in") < 0) return NULL;
     Node *it = parse_expression(p);
     if (!it) return NULL;
-    if (it->kind == E_SELECT) { s->b = it->a; s->c = it->b; } else s->b = it;
-    if (is_ident(p, "recursive")) { fail_at(p, peek(p)->at, "recursive loops are not supported%s%s", NULL, NULL); return NULL; }
+    if (it->kind == E_SELECT) {
+        s->b = it->a;
+        s->c = it->b;
+    } else
+        s->b = it;
+    if (is_ident(p, "recursive")) {
+        fail_at(p, peek(p)->at, "recursive loops are not supported%s%s", NULL, NULL);
+        return NULL;
+    }
     if (expect(p, T_CLOSE_STMT) < 0) return NULL;
     static const char *const stops[] = {"endfor", "else", NULL};
     static const char *const endfor[] = {"endfor", NULL};
@@ -944,7 +1186,10 @@ static Node *parse_for(Parser *p, size_t at) {
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
         if (parse_body(p, endfor, &alt, "for", at) < 0) return NULL;
     }
-    s->list = body.v; s->n = body.n; s->list2 = alt.v; s->n2 = alt.n;
+    s->list = body.v;
+    s->n = body.n;
+    s->list2 = alt.v;
+    s->n2 = alt.n;
     return s;
 }
 
@@ -956,7 +1201,8 @@ static Node *parse_statement_inner(Parser *p) {
         p->pos++;
         Node *nd = node(p, N_TEXT, tk->at);
         if (!nd) return NULL;
-        nd->str = ct_strndup(p->t, tk->val, tk->len); nd->len = tk->len;
+        nd->str = ct_strndup(p->t, tk->val, tk->len);
+        nd->len = tk->len;
         return nd->str ? nd : NULL;
     }
     case T_OPEN_EXPR: {
@@ -966,23 +1212,25 @@ static Node *parse_statement_inner(Parser *p) {
         return nd;
     }
     case T_OPEN_STMT: break;
-    default:
-        fail_at(p, tk->at, "unexpected %s%s", tok_name(tk->type), NULL);
-        return NULL;
+    default: fail_at(p, tk->at, "unexpected %s%s", tok_name(tk->type), NULL); return NULL;
     }
     size_t at = tk->at;
     p->pos++;
     Token *nm = peek(p);
-    if (nm->type != T_IDENT) { fail_at(p, nm->at, "expected a statement name after '{%%', got %s%s", tok_name(nm->type), NULL); return NULL; }
+    if (nm->type != T_IDENT) {
+        fail_at(p, nm->at, "expected a statement name after '{%%', got %s%s", tok_name(nm->type), NULL);
+        return NULL;
+    }
     char name[48];
     size_t nl = nm->len < sizeof name - 1 ? nm->len : sizeof name - 1;
-    memcpy(name, nm->val, nl); name[nl] = 0;
+    memcpy(name, nm->val, nl);
+    name[nl] = 0;
     p->pos++;
     if (!strcmp(name, "set")) return parse_set(p, at);
     if (!strcmp(name, "if")) {
         Node *s = parse_if_rest(p, at);
         if (!s) return NULL;
-        p->pos++;  /* {% */
+        p->pos++; /* {% */
         if (expect_word(p, "endif") < 0 || expect(p, T_CLOSE_STMT) < 0) return NULL;
         return s;
     }
@@ -995,10 +1243,14 @@ static Node *parse_statement_inner(Parser *p) {
     }
     if (!strcmp(name, "macro")) {
         Token *mt = peek(p);
-        if (mt->type != T_IDENT) { fail_at(p, mt->at, "expected a macro name%s%s", NULL, NULL); return NULL; }
+        if (mt->type != T_IDENT) {
+            fail_at(p, mt->at, "expected a macro name%s%s", NULL, NULL);
+            return NULL;
+        }
         Node *s = node(p, N_MACRO, at);
         if (!s) return NULL;
-        s->str = ct_strndup(p->t, mt->val, mt->len); s->len = mt->len;
+        s->str = ct_strndup(p->t, mt->val, mt->len);
+        s->len = mt->len;
         p->pos++;
         NodeList params = {0}, body = {0};
         if (parse_args(p, &params, true) < 0 || expect(p, T_CLOSE_STMT) < 0) return NULL;
@@ -1006,7 +1258,10 @@ static Node *parse_statement_inner(Parser *p) {
         if (parse_body(p, endmacro, &body, "macro", at) < 0) return NULL;
         p->pos += 2;
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
-        s->list = body.v; s->n = body.n; s->list2 = params.v; s->n2 = params.n;
+        s->list = body.v;
+        s->n = body.n;
+        s->list2 = params.v;
+        s->n2 = params.n;
         return s;
     }
     if (!strcmp(name, "call")) {
@@ -1016,30 +1271,48 @@ static Node *parse_statement_inner(Parser *p) {
         if (is(p, T_LPAREN) && parse_args(p, &params, true) < 0) return NULL;
         Node *callee = parse_primary(p);
         if (!callee) return NULL;
-        if (callee->kind != E_IDENT || !is(p, T_LPAREN)) { fail_at(p, at, "expected a macro call after {%% call%s%s", NULL, NULL); return NULL; }
+        if (callee->kind != E_IDENT || !is(p, T_LPAREN)) {
+            fail_at(p, at, "expected a macro call after {%% call%s%s", NULL, NULL);
+            return NULL;
+        }
         Node *call = node(p, E_CALL, at);
         NodeList args = {0};
         if (!call || parse_args(p, &args, false) < 0 || expect(p, T_CLOSE_STMT) < 0) return NULL;
-        call->a = callee; call->list = args.v; call->n = args.n;
+        call->a = callee;
+        call->list = args.v;
+        call->n = args.n;
         static const char *const endcall[] = {"endcall", NULL};
         if (parse_body(p, endcall, &body, "call", at) < 0) return NULL;
         p->pos += 2;
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
-        s->a = call; s->list = body.v; s->n = body.n; s->list2 = params.v; s->n2 = params.n;
+        s->a = call;
+        s->list = body.v;
+        s->n = body.n;
+        s->list2 = params.v;
+        s->n2 = params.n;
         return s;
     }
     if (!strcmp(name, "filter")) {
         Token *ft = peek(p);
-        if (ft->type != T_IDENT) { fail_at(p, ft->at, "expected a filter name%s%s", NULL, NULL); return NULL; }
+        if (ft->type != T_IDENT) {
+            fail_at(p, ft->at, "expected a filter name%s%s", NULL, NULL);
+            return NULL;
+        }
         Node *f = node(p, E_FILTER, ft->at);
         if (!f) return NULL;
-        f->str = ct_strndup(p->t, ft->val, ft->len); f->len = ft->len;
-        if (!ct_filter_known(f->str)) { fail_at(p, ft->at, "unknown filter '%s'%s", f->str, NULL); return NULL; }
+        f->str = ct_strndup(p->t, ft->val, ft->len);
+        f->len = ft->len;
+        if (!ct_filter_known(f->str)) {
+            fail_at(p, ft->at, "unknown filter '%s'%s", f->str, NULL);
+            return NULL;
+        }
         p->pos++;
         if (is(p, T_LPAREN)) {
             NodeList args = {0};
             if (parse_args(p, &args, false) < 0) return NULL;
-            f->list = args.v; f->n = args.n; f->ival = 1;
+            f->list = args.v;
+            f->n = args.n;
+            f->ival = 1;
         }
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
         Node *s = node(p, N_FILTERBLOCK, at);
@@ -1048,16 +1321,22 @@ static Node *parse_statement_inner(Parser *p) {
         if (!s || parse_body(p, endfilter, &body, "filter", at) < 0) return NULL;
         p->pos += 2;
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
-        s->a = f; s->list = body.v; s->n = body.n;
+        s->a = f;
+        s->list = body.v;
+        s->n = body.n;
         return s;
     }
     if (!strcmp(name, "break") || !strcmp(name, "continue")) {
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
         return node(p, name[0] == 'b' ? N_BREAK : N_CONTINUE, at);
     }
-    static const char *const closers[] = {"endif", "endfor", "endset", "endmacro", "endcall", "endfilter", "elif", "else", NULL};
+    static const char *const closers[] = {"endif",     "endfor", "endset", "endmacro", "endcall",
+                                          "endfilter", "elif",   "else",   NULL};
     for (const char *const *c = closers; *c; c++)
-        if (!strcmp(name, *c)) { fail_at(p, at, "unexpected {%% %s %%} without a matching opening block%s", name, NULL); return NULL; }
+        if (!strcmp(name, *c)) {
+            fail_at(p, at, "unexpected {%% %s %%} without a matching opening block%s", name, NULL);
+            return NULL;
+        }
     fail_at(p, at, "unsupported statement '%s'%s", name, NULL);
     return NULL;
 }
@@ -1073,8 +1352,14 @@ static Node *parse_statement(Parser *p) {
 
 void chat_template_free(ChatTemplate *t) {
     if (!t) return;
-    for (Block *b = t->blocks, *next; b; b = next) { next = b->next; mem_free(b); }
-    for (size_t i = 0; i < t->n_lits; i++) { t->lits[i]->refcount = 1; json_decref(t->lits[i]); }
+    for (Block *b = t->blocks, *next; b; b = next) {
+        next = b->next;
+        mem_free(b);
+    }
+    for (size_t i = 0; i < t->n_lits; i++) {
+        t->lits[i]->refcount = 1;
+        json_decref(t->lits[i]);
+    }
     mem_free(t->lits);
     mem_free(t->name);
     mem_free(t->source);
@@ -1089,14 +1374,20 @@ int chat_template_compile(ChatTemplate **out, const char *source, const char *na
     if (n > CHAT_TEMPLATE_MAX_OUTPUT) return error_set("%s: template of %zu bytes is too large", name, n);
     ChatTemplate *t = mem_calloc(1, sizeof *t);
     if (!t) return -1;
-    if (!(t->name = mem_strdup(name))) { mem_free(t); return -1; }
+    if (!(t->name = mem_strdup(name))) {
+        mem_free(t);
+        return -1;
+    }
 
     Parser p = {.t = t, .source = source};
     Src a = {0}, b = {0};
     int rc = -1;
     if (!(t->source = mem_strdup(source))) goto done;
     if (src_new(&a, n) < 0) goto done;
-    for (size_t i = 0; i < n; i++) { a.s[i] = source[i]; a.at[i] = (uint32_t)i; }
+    for (size_t i = 0; i < n; i++) {
+        a.s[i] = source[i];
+        a.at[i] = (uint32_t)i;
+    }
     a.n = n;
     if (a.n && a.s[a.n - 1] == '\n') a.n--;
     src_finish(&a, (uint32_t)a.n);
@@ -1106,18 +1397,25 @@ int chat_template_compile(ChatTemplate **out, const char *source, const char *na
     src_free(&b);
     if (pass_generation(&b, &a) < 0) goto done;
     src_free(&a);
-    p.src = b; b = (Src){0};
+    p.src = b;
+    b = (Src){0};
 
     if (lex(&p) < 0) goto done;
     NodeList body = {0};
     while (!is(&p, T_EOF))
         if (list_push(&p, &body, parse_statement(&p)) < 0) goto done;
-    t->body = body.v; t->n_body = body.n;
+    t->body = body.v;
+    t->n_body = body.n;
     rc = 0;
 done:
-    src_free(&a); src_free(&b); src_free(&p.src);
+    src_free(&a);
+    src_free(&b);
+    src_free(&p.src);
     mem_free(p.toks);
-    if (rc < 0) { chat_template_free(t); return -1; }
+    if (rc < 0) {
+        chat_template_free(t);
+        return -1;
+    }
     *out = t;
     return 0;
 }

@@ -1,7 +1,8 @@
 /* runtime.h: runtime values and render state shared by the
  * chat-template evaluator (eval.c), its values and JSON output
- * (value.c) and its filters and methods
- * (filters.c). Private to those files. */
+ * (value.c), its filters and methods (filters.c) and the helpers they all
+ * use (shared.c). Private to src/template. The files depend one way:
+ * shared <- value <- filters <- eval (and parse, for the filter names). */
 #ifndef LT_CHAT_TEMPLATE_RUNTIME_H
 #define LT_CHAT_TEMPLATE_RUNTIME_H
 #include "template/ast.h"
@@ -76,21 +77,23 @@ typedef struct { int indent; bool ensure_ascii; bool sort_keys; const char *item
 int json_write(Buf *b, json_t *j, const JsonStyle *st, int depth);
 int real_to_string(char *out, size_t cap, double x, bool python_float);
 
-/* UTF-8 helpers */
+/* call arguments (value.c) */
+void args_free(Args *a);
+Value arg_get(Args *a, size_t index, const char *kw);   /* borrowed; V_UNDEF when absent */
+
+/* UTF-8 helpers (shared.c) */
 size_t utf8_len(const char *s, size_t n);               /* code points */
 size_t utf8_next(const char *s, size_t n, size_t i);    /* index of the next code point */
 
-/* errors at a node: "NAME: line:col: message" */
+/* errors at a node: "NAME: line:col: message"; the render limits (shared.c) */
 int rt_error(const Ctx *c, const Node *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 json_t *json_oom(const Ctx *c, const Node *at, json_t *j);  /* j, or NULL + error when j is NULL */
+int count_iterations(Ctx *c, const Node *at, long n);
+int count_work(Ctx *c, const Node *at, size_t bytes);
 
 /* filters, methods, tests, builtins (filters.c) */
 int apply_filter(Ctx *c, const Node *at, const char *name, Value x, Args *args, Value *out);
 int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *args, Value *out, bool *found);
 int apply_test(Ctx *c, const Node *at, const char *name, Value x, Args *args, bool *out);
 int call_builtin(Ctx *c, const Node *at, int fn, Args *args, Value *out);
-int count_iterations(Ctx *c, const Node *at, long n);
-int count_work(Ctx *c, const Node *at, size_t bytes);
-void args_free(Args *a);
-Value arg_get(Args *a, size_t index, const char *kw);   /* borrowed; V_UNDEF when absent */
 #endif

@@ -3,7 +3,7 @@
  * the string form that {{ }} prints, and JSON text the way
  * @huggingface/jinja's `tojson` writes it (Python json.dumps separators:
  * ", " and ": ", or "," and ": " with an indent; non-ASCII kept unless
- * ensure_ascii). Also the output buffer and error helper. */
+ * ensure_ascii). Also the output buffer and call arguments. */
 #include "template/runtime.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -275,17 +275,6 @@ int v_to_python_repr(Buf *b, json_t *j) {
 
 /* ---------------------------------------------------------------- UTF-8 */
 
-size_t utf8_next(const char *s, size_t n, size_t i) {
-    i++;
-    while (i < n && ((unsigned char)s[i] & 0xC0) == 0x80) i++;
-    return i;
-}
-
-size_t utf8_len(const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
-}
 
 static unsigned utf8_decode(const char *s, size_t n, size_t i, size_t *next) {
     const unsigned char *u = (const unsigned char *)s;
@@ -422,21 +411,14 @@ int v_to_string(Buf *b, Value v) {
 
 /* ---------------------------------------------------------------- errors */
 
-int rt_error(const Ctx *c, const Node *at, const char *fmt, ...) {
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (at) {
-        uint32_t line, col;
-        ct_where(c->t->source, at->off, &line, &col);
-        return error_set("%s: %u:%u: %s", c->t->name, line, col, msg);
-    }
-    return error_set("%s: %s", c->t->name, msg);
+void args_free(Args *a) {
+    for (size_t i = 0; i < a->npos; i++) v_free(&a->pos[i]);
+    for (size_t i = 0; i < a->nkw; i++) v_free(&a->kwv[i]);
+    a->npos = a->nkw = 0;
 }
 
-json_t *json_oom(const Ctx *c, const Node *at, json_t *j) {
-    if (!j) rt_error(c, at, "out of memory");
-    return j;
+Value arg_get(Args *a, size_t index, const char *kw) {
+    if (index < a->npos) return a->pos[index];
+    for (size_t i = 0; kw && i < a->nkw; i++) if (!strcmp(a->kw[i], kw)) return a->kwv[i];
+    return v_undef();
 }

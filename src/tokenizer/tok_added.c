@@ -13,10 +13,14 @@ static int trie_new_node(Tokenizer *t, uint8_t byte) {
         size_t c = t->cap_trie ? t->cap_trie * 2 : 256;
         TrieNode *q = mem_realloc(t->trie, c * sizeof *q);
         if (!q) return -1;
-        t->trie = q; t->cap_trie = c;
+        t->trie = q;
+        t->cap_trie = c;
     }
     TrieNode *n = &t->trie[t->n_trie];
-    n->first_child = -1; n->next_sibling = -1; n->token = -1; n->byte = byte;
+    n->first_child = -1;
+    n->next_sibling = -1;
+    n->token = -1;
+    n->byte = byte;
     return (int)t->n_trie++;
 }
 
@@ -57,12 +61,16 @@ size_t added_match(const Tokenizer *t, const char *s, size_t len, int32_t *id) {
         while (c >= 0 && t->trie[c].byte != b) c = t->trie[c].next_sibling;
         if (c < 0) break;
         node = c;
-        if (t->trie[node].token >= 0) { best = i + 1; *id = t->added_tokens[t->trie[node].token].id; }
+        if (t->trie[node].token >= 0) {
+            best = i + 1;
+            *id = t->added_tokens[t->trie[node].token].id;
+        }
     }
     return best;
 }
 
 const AddedToken *added_find(const Tokenizer *t, int32_t id) {
-    for (size_t k = 0; k < t->n_added; k++) if (t->added_tokens[k].id == id) return &t->added_tokens[k];
+    for (size_t k = 0; k < t->n_added; k++)
+        if (t->added_tokens[k].id == id) return &t->added_tokens[k];
     return NULL;
 }

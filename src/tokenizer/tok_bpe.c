@@ -14,13 +14,22 @@
 #define CACHE_MAX_ENTRIES 200000
 #define CACHE_MAX_IDS (4u << 20)
 
-typedef struct { int32_t id, prev, next; uint32_t start, len; } Sym;
-typedef struct { int32_t rank, pos, merged; } HeapItem;
+typedef struct {
+    int32_t id, prev, next;
+    uint32_t start, len;
+} Sym;
+typedef struct {
+    int32_t rank, pos, merged;
+} HeapItem;
 struct BpeWork {
-    Sym *syms; size_t cap_syms;
-    HeapItem *heap; size_t n_heap, cap_heap;
-    char *mapped; size_t cap_mapped;
-    int32_t *out; size_t n_out, cap_out;
+    Sym *syms;
+    size_t cap_syms;
+    HeapItem *heap;
+    size_t n_heap, cap_heap;
+    char *mapped;
+    size_t cap_mapped;
+    int32_t *out;
+    size_t n_out, cap_out;
 };
 
 int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
@@ -28,7 +37,8 @@ int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
         size_t c = *cap ? *cap * 2 : 64;
         int32_t *q = mem_realloc(*ids, c * sizeof *q);
         if (!q) return -1;
-        *ids = q; *cap = c;
+        *ids = q;
+        *cap = c;
     }
     (*ids)[(*n)++] = id;
     return 0;
@@ -37,13 +47,20 @@ int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
 BpeWork *bpe_work_new(void) { return mem_calloc(1, sizeof(BpeWork)); }
 void bpe_work_free(BpeWork *w) {
     if (!w) return;
-    mem_free(w->syms); mem_free(w->heap); mem_free(w->mapped); mem_free(w->out); mem_free(w);
+    mem_free(w->syms);
+    mem_free(w->heap);
+    mem_free(w->mapped);
+    mem_free(w->out);
+    mem_free(w);
 }
 
 int bpe_cache_create(BpeCache **out) {
     BpeCache *c = mem_calloc(1, sizeof *c);
     if (!c) return -1;
-    if (strmap_init(&c->map, 1024) < 0) { mem_free(c); return -1; }
+    if (strmap_init(&c->map, 1024) < 0) {
+        mem_free(c);
+        return -1;
+    }
     pthread_mutex_init(&c->lock, NULL);
     *out = c;
     return 0;
@@ -52,7 +69,10 @@ void bpe_cache_free(BpeCache *c) {
     if (!c) return;
     pthread_mutex_destroy(&c->lock);
     strmap_free(&c->map);
-    mem_free(c->ids); mem_free(c->starts); mem_free(c->counts); mem_free(c);
+    mem_free(c->ids);
+    mem_free(c->starts);
+    mem_free(c->counts);
+    mem_free(c);
 }
 
 /* ------------------------------------------------------------------ heap */
@@ -64,13 +84,15 @@ static int heap_push(BpeWork *w, HeapItem it) {
         size_t c = w->cap_heap ? w->cap_heap * 2 : 64;
         HeapItem *q = mem_realloc(w->heap, c * sizeof *q);
         if (!q) return -1;
-        w->heap = q; w->cap_heap = c;
+        w->heap = q;
+        w->cap_heap = c;
     }
     size_t i = w->n_heap++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
         if (!heap_less(&it, &w->heap[parent])) break;
-        w->heap[i] = w->heap[parent]; i = parent;
+        w->heap[i] = w->heap[parent];
+        i = parent;
     }
     w->heap[i] = it;
     return 0;
@@ -81,10 +103,16 @@ static HeapItem heap_pop(BpeWork *w) {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
         const HeapItem *best = &last;
-        if (l < n && heap_less(&w->heap[l], best)) { m = l; best = &w->heap[l]; }
-        if (r < n && heap_less(&w->heap[r], best)) { m = r; }
+        if (l < n && heap_less(&w->heap[l], best)) {
+            m = l;
+            best = &w->heap[l];
+        }
+        if (r < n && heap_less(&w->heap[r], best)) {
+            m = r;
+        }
         if (m == i) break;
-        w->heap[i] = w->heap[m]; i = m;
+        w->heap[i] = w->heap[m];
+        i = m;
     }
     if (n) w->heap[i] = last;
     return top;
@@ -94,7 +122,7 @@ static int push_pair(const Tokenizer *t, BpeWork *w, int32_t pos) {
     if (next < 0 || w->syms[pos].id < 0 || w->syms[next].id < 0) return 0;
     const PairEntry *e = pairmap_get(&t->merges, w->syms[pos].id, w->syms[next].id);
     if (!e) return 0;
-    return heap_push(w, (HeapItem){ e->rank, pos, e->merged });
+    return heap_push(w, (HeapItem){e->rank, pos, e->merged});
 }
 
 /* The byte-level string of a piece (each byte as its GPT-2 char). */
@@ -103,7 +131,8 @@ static int map_bytes(BpeWork *w, const char *piece, size_t len, size_t *out_len)
         size_t c = 2 * len + 64;
         char *q = mem_realloc(w->mapped, c);
         if (!q) return -1;
-        w->mapped = q; w->cap_mapped = c;
+        w->mapped = q;
+        w->cap_mapped = c;
     }
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += (size_t)utf8_encode(byte_to_unicode((uint8_t)piece[i]), w->mapped + n);
@@ -114,41 +143,57 @@ static int map_bytes(BpeWork *w, const char *piece, size_t len, size_t *out_len)
 static int emit_unknown(const Tokenizer *t, BpeWork *w, const char *bytes, size_t len) {
     if (t->byte_fallback) {
         bool all = true;
-        for (size_t i = 0; i < len; i++) if (t->byte_fallback_ids[(uint8_t)bytes[i]] < 0) all = false;
+        for (size_t i = 0; i < len; i++)
+            if (t->byte_fallback_ids[(uint8_t)bytes[i]] < 0) all = false;
         if (all) {
-            for (size_t i = 0; i < len; i++) TRY(ids_push(&w->out, &w->n_out, &w->cap_out, t->byte_fallback_ids[(uint8_t)bytes[i]]));
+            for (size_t i = 0; i < len; i++)
+                TRY(ids_push(&w->out, &w->n_out, &w->cap_out, t->byte_fallback_ids[(uint8_t)bytes[i]]));
             return 0;
         }
     }
     if (t->unk_id < 0)
-        return error_set("tokenizer: \"%.*s\" is not in the vocab and %s has no model.unk_token", (int)len, bytes, t->json_path);
+        return error_set("tokenizer: \"%.*s\" is not in the vocab and %s has no model.unk_token", (int)len, bytes,
+                         t->json_path);
     return ids_push(&w->out, &w->n_out, &w->cap_out, t->unk_id);
 }
 
 static int bpe_compute(const Tokenizer *t, BpeWork *w, const char *piece, size_t len) {
     w->n_out = 0;
     if (t->ignore_merges) {
-        const char *key = piece; size_t klen = len;
-        if (t->byte_level) { TRY(map_bytes(w, piece, len, &klen)); key = w->mapped; }
+        const char *key = piece;
+        size_t klen = len;
+        if (t->byte_level) {
+            TRY(map_bytes(w, piece, len, &klen));
+            key = w->mapped;
+        }
         int32_t id = strmap_get(&t->token_to_id, key, klen);
         if (id >= 0) return ids_push(&w->out, &w->n_out, &w->cap_out, id);
     }
     if (w->cap_syms < len) {
         Sym *q = mem_realloc(w->syms, len * sizeof *q);
         if (!q) return -1;
-        w->syms = q; w->cap_syms = len;
+        w->syms = q;
+        w->cap_syms = len;
     }
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         Sym *s = &w->syms[n];
-        if (t->byte_level) { s->id = t->byte_level_ids[(uint8_t)piece[i]]; s->start = (uint32_t)i; s->len = 1; i++; }
-        else {
+        if (t->byte_level) {
+            s->id = t->byte_level_ids[(uint8_t)piece[i]];
+            s->start = (uint32_t)i;
+            s->len = 1;
+            i++;
+        } else {
             unsigned char c = (unsigned char)piece[i];
             size_t cl = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
             if (cl > len - i) cl = len - i;
-            s->id = strmap_get(&t->token_to_id, piece + i, cl); s->start = (uint32_t)i; s->len = (uint32_t)cl; i += cl;
+            s->id = strmap_get(&t->token_to_id, piece + i, cl);
+            s->start = (uint32_t)i;
+            s->len = (uint32_t)cl;
+            i += cl;
         }
-        s->prev = (int32_t)n - 1; s->next = (int32_t)n + 1;
+        s->prev = (int32_t)n - 1;
+        s->next = (int32_t)n + 1;
         n++;
     }
     if (n == 0) return 0;
@@ -172,18 +217,23 @@ static int bpe_compute(const Tokenizer *t, BpeWork *w, const char *piece, size_t
     }
     for (int32_t i = 0; i >= 0; i = w->syms[i].next) {
         const Sym *s = &w->syms[i];
-        if (s->id >= 0) { TRY(ids_push(&w->out, &w->n_out, &w->cap_out, s->id)); continue; }
+        if (s->id >= 0) {
+            TRY(ids_push(&w->out, &w->n_out, &w->cap_out, s->id));
+            continue;
+        }
         if (t->byte_level) {
             /* The symbol is one byte standing as its GPT-2 char. */
-            char ch[4]; int k = utf8_encode(byte_to_unicode((uint8_t)piece[s->start]), ch);
+            char ch[4];
+            int k = utf8_encode(byte_to_unicode((uint8_t)piece[s->start]), ch);
             TRY(emit_unknown(t, w, ch, (size_t)k));
-        } else TRY(emit_unknown(t, w, piece + s->start, s->len));
+        } else
+            TRY(emit_unknown(t, w, piece + s->start, s->len));
     }
     return 0;
 }
 
-int bpe_encode_piece(const Tokenizer *t, BpeWork *w, const char *piece, size_t len,
-                     int32_t **ids, size_t *n, size_t *cap) {
+int bpe_encode_piece(const Tokenizer *t, BpeWork *w, const char *piece, size_t len, int32_t **ids, size_t *n,
+                     size_t *cap) {
     BpeCache *c = t->cache;
     bool cacheable = c && len <= CACHE_MAX_KEY;
     if (cacheable) {
@@ -204,7 +254,9 @@ int bpe_encode_piece(const Tokenizer *t, BpeWork *w, const char *piece, size_t l
     pthread_mutex_lock(&c->lock);
     int rc = 0;
     if (c->map.count >= CACHE_MAX_ENTRIES || c->n_ids + w->n_out > CACHE_MAX_IDS) {
-        strmap_clear(&c->map); c->n = 0; c->n_ids = 0;
+        strmap_clear(&c->map);
+        c->n = 0;
+        c->n_ids = 0;
     }
     if (strmap_get(&c->map, piece, len) < 0) {
         size_t need_ids = c->n_ids + w->n_out;
@@ -212,22 +264,38 @@ int bpe_encode_piece(const Tokenizer *t, BpeWork *w, const char *piece, size_t l
             size_t nc = c->cap_ids ? c->cap_ids : 4096;
             while (nc < need_ids) nc *= 2;
             int32_t *q = mem_realloc(c->ids, nc * sizeof *q);
-            if (!q) rc = -1; else { c->ids = q; c->cap_ids = nc; }
+            if (!q)
+                rc = -1;
+            else {
+                c->ids = q;
+                c->cap_ids = nc;
+            }
         }
         if (rc == 0 && c->n == c->cap) {
             size_t nc = c->cap ? c->cap * 2 : 1024;
             size_t *qs = mem_realloc(c->starts, nc * sizeof *qs);
-            if (!qs) rc = -1; else {
+            if (!qs)
+                rc = -1;
+            else {
                 c->starts = qs;
                 uint32_t *qc = mem_realloc(c->counts, nc * sizeof *qc);
-                if (!qc) rc = -1; else { c->counts = qc; c->cap = nc; }
+                if (!qc)
+                    rc = -1;
+                else {
+                    c->counts = qc;
+                    c->cap = nc;
+                }
             }
         }
         if (rc == 0) {
             memcpy(c->ids + c->n_ids, w->out, w->n_out * sizeof *w->out);
-            c->starts[c->n] = c->n_ids; c->counts[c->n] = (uint32_t)w->n_out;
+            c->starts[c->n] = c->n_ids;
+            c->counts[c->n] = (uint32_t)w->n_out;
             rc = strmap_put(&c->map, piece, len, (int32_t)c->n);
-            if (rc == 0) { c->n++; c->n_ids += w->n_out; }
+            if (rc == 0) {
+                c->n++;
+                c->n_ids += w->n_out;
+            }
         }
     }
     pthread_mutex_unlock(&c->lock);

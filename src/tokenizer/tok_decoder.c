@@ -13,7 +13,8 @@ void decoder_free(Decoder *d) {
     if (!d) return;
     for (size_t i = 0; i < d->n_children; i++) decoder_free(&d->children[i]);
     mem_free(d->children);
-    mem_free(d->a); mem_free(d->b);
+    mem_free(d->a);
+    mem_free(d->b);
 }
 
 static int hexval(char c) {
@@ -27,7 +28,7 @@ static int hexval(char c) {
 static int close_piece(PieceList *out, size_t start) { return pieces_push_span(out, start, out->buf_len - start); }
 
 static int dec_bytelevel(const Tokenizer *t, const PieceList *in, PieceList *out) {
-    PieceList bytes = { 0 };
+    PieceList bytes = {0};
     int rc = 0;
     for (size_t i = 0; i <= in->n && rc == 0; i++) {
         bool added = false;
@@ -44,12 +45,19 @@ static int dec_bytelevel(const Tokenizer *t, const PieceList *in, PieceList *out
         if (i == in->n || rc) break;
         const unsigned char *s = (const unsigned char *)piece_ptr(in, i);
         size_t len = in->items[i].len;
-        if (added) { rc = pieces_push_bytes(out, (const char *)s, len); continue; }
+        if (added) {
+            rc = pieces_push_bytes(out, (const char *)s, len);
+            continue;
+        }
         for (size_t k = 0; k < len && rc == 0;) {
-            uint32_t cp; int n = utf8_decode(s + k, len - k, &cp);
+            uint32_t cp;
+            int n = utf8_decode(s + k, len - k, &cp);
             int b = unicode_to_byte(cp);
-            if (b >= 0) { char c = (char)b; rc = pieces_append(&bytes, &c, 1); }
-            else rc = pieces_append(&bytes, (const char *)s + k, (size_t)n);
+            if (b >= 0) {
+                char c = (char)b;
+                rc = pieces_append(&bytes, &c, 1);
+            } else
+                rc = pieces_append(&bytes, (const char *)s + k, (size_t)n);
             k += (size_t)n;
         }
     }
@@ -59,7 +67,8 @@ static int dec_bytelevel(const Tokenizer *t, const PieceList *in, PieceList *out
 
 /* Appends piece s with every occurrence of d->a replaced by `with` (the
  * Replace and Metaspace decoders differ only in what they put back). */
-static int append_replaced(const Decoder *d, const char *s, size_t len, const char *with, size_t with_len, PieceList *out) {
+static int append_replaced(const Decoder *d, const char *s, size_t len, const char *with, size_t with_len,
+                           PieceList *out) {
     size_t k = 0;
     while (d->a_len && k < len) {
         const char *hit = memmem(s + k, len - k, d->a, d->a_len);
@@ -81,7 +90,7 @@ static int dec_replace(const Decoder *d, const PieceList *in, PieceList *out) {
 }
 
 static int dec_bytefallback(const PieceList *in, PieceList *out) {
-    PieceList bytes = { 0 };
+    PieceList bytes = {0};
     int rc = 0;
     for (size_t i = 0; i <= in->n && rc == 0; i++) {
         int byte = -1;
@@ -92,7 +101,11 @@ static int dec_bytefallback(const PieceList *in, PieceList *out) {
                 if (hi >= 0 && lo >= 0) byte = hi * 16 + lo;
             }
         }
-        if (byte >= 0) { char c = (char)byte; rc = pieces_append(&bytes, &c, 1); continue; }
+        if (byte >= 0) {
+            char c = (char)byte;
+            rc = pieces_append(&bytes, &c, 1);
+            continue;
+        }
         if (bytes.buf_len) {
             size_t start = out->buf_len;
             rc = utf8_append_replacing(out, bytes.buf, bytes.buf_len);
@@ -114,9 +127,13 @@ static int dec_fuse(const PieceList *in, PieceList *out) {
 
 static int dec_strip(const Decoder *d, const PieceList *in, PieceList *out) {
     for (size_t i = 0; i < in->n; i++) {
-        const char *s = piece_ptr(in, i); size_t a = 0, b = in->items[i].len;
-        for (int k = 0; k < d->start && d->a_len && a + d->a_len <= b && memcmp(s + a, d->a, d->a_len) == 0; k++) a += d->a_len;
-        for (int k = 0; k < d->stop && d->a_len && b >= a + d->a_len && memcmp(s + b - d->a_len, d->a, d->a_len) == 0; k++) b -= d->a_len;
+        const char *s = piece_ptr(in, i);
+        size_t a = 0, b = in->items[i].len;
+        for (int k = 0; k < d->start && d->a_len && a + d->a_len <= b && memcmp(s + a, d->a, d->a_len) == 0; k++)
+            a += d->a_len;
+        for (int k = 0; k < d->stop && d->a_len && b >= a + d->a_len && memcmp(s + b - d->a_len, d->a, d->a_len) == 0;
+             k++)
+            b -= d->a_len;
         TRY(pieces_push_bytes(out, s + a, b - a));
     }
     return 0;
@@ -150,26 +167,30 @@ int decoder_run(const Tokenizer *t, const Decoder *d, PieceList *tokens, PieceLi
     default: return error_set("tokenizer: unknown decoder");
     }
     if (rc < 0) return -1;
-    PieceList tmp = *tokens; *tokens = *scratch; *scratch = tmp;
+    PieceList tmp = *tokens;
+    *tokens = *scratch;
+    *scratch = tmp;
     return 0;
 }
 
-int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-                     char **out, size_t *out_len) {
-    *out = NULL; *out_len = 0;
-    PieceList tokens = { 0 }, scratch = { 0 };
+int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    PieceList tokens = {0}, scratch = {0};
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->vocab_size || !t->id_to_token[id]) {
-            rc = error_set("tokenizer: decode: token id %d at position %zu is not in the vocab (size %d)", (int)id, i, (int)t->vocab_size);
+            rc = error_set("tokenizer: decode: token id %d at position %zu is not in the vocab (size %d)", (int)id, i,
+                           (int)t->vocab_size);
             break;
         }
         if (skip_special && t->special[id]) continue;
         rc = pieces_push_bytes(&tokens, t->id_to_token[id], strlen(t->id_to_token[id]));
     }
     if (rc == 0 && t->decoder) rc = decoder_run(t, t->decoder, &tokens, &scratch);
-    char *text = NULL; size_t len = 0;
+    char *text = NULL;
+    size_t len = 0;
     if (rc == 0) {
         size_t total = 0;
         for (size_t i = 0; i < tokens.n; i++) total += tokens.items[i].len + 1;
@@ -182,8 +203,13 @@ int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip
         }
         if (text) text[len] = 0;
     }
-    pieces_free(&tokens); pieces_free(&scratch);
-    if (rc < 0) { mem_free(text); return -1; }
-    *out = text; *out_len = len;
+    pieces_free(&tokens);
+    pieces_free(&scratch);
+    if (rc < 0) {
+        mem_free(text);
+        return -1;
+    }
+    *out = text;
+    *out_len = len;
     return 0;
 }

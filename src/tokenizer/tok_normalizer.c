@@ -10,11 +10,18 @@ void normalizer_free(Normalizer *n) {
     if (!n) return;
     for (size_t i = 0; i < n->n_children; i++) normalizer_free(&n->children[i]);
     mem_free(n->children);
-    mem_free(n->a); mem_free(n->b);
+    mem_free(n->a);
+    mem_free(n->b);
     if (n->has_regex) tok_regex_free(&n->regex);
 }
 
-typedef struct { const char *s; PieceList *out; size_t last; const char *content; size_t content_len; } ReplaceCtx;
+typedef struct {
+    const char *s;
+    PieceList *out;
+    size_t last;
+    const char *content;
+    size_t content_len;
+} ReplaceCtx;
 static int replace_match(size_t start, size_t end, void *vctx) {
     ReplaceCtx *c = vctx;
     TRY(pieces_append(c->out, c->s + c->last, start - c->last));
@@ -25,7 +32,7 @@ static int replace_match(size_t start, size_t end, void *vctx) {
 
 static int replace_all(const Normalizer *n, const char *s, size_t len, PieceList *out) {
     if (n->has_regex) {
-        ReplaceCtx c = { s, out, 0, n->b, n->b_len };
+        ReplaceCtx c = {s, out, 0, n->b, n->b_len};
         TRY(tok_regex_foreach(&n->regex, s, len, replace_match, &c));
         return pieces_append(out, s + c.last, len - c.last);
     }
@@ -45,26 +52,26 @@ static int replace_all(const Normalizer *n, const char *s, size_t len, PieceList
 int normalizer_apply(const Normalizer *n, const char *s, size_t len, PieceList *out) {
     pieces_reset(out);
     switch (n->kind) {
-    case NORM_PREPEND:
-        TRY(pieces_append(out, n->a, n->a_len));
-        return pieces_append(out, s, len);
-    case NORM_REPLACE:
-        return replace_all(n, s, len, out);
+    case NORM_PREPEND: TRY(pieces_append(out, n->a, n->a_len)); return pieces_append(out, s, len);
+    case NORM_REPLACE: return replace_all(n, s, len, out);
     case NORM_NFC: {
         size_t off, olen;
         return unicode_nfc(out, s, len, &off, &olen);
     }
     case NORM_SEQUENCE: {
         if (n->n_children == 0) return pieces_append(out, s, len);
-        PieceList a = { 0 }, b = { 0 };
+        PieceList a = {0}, b = {0};
         PieceList *cur = &a, *next = &b;
         int rc = normalizer_apply(&n->children[0], s, len, cur);
         for (size_t i = 1; rc == 0 && i < n->n_children; i++) {
             rc = normalizer_apply(&n->children[i], cur->buf ? cur->buf : "", cur->buf_len, next);
-            PieceList *t = cur; cur = next; next = t;
+            PieceList *t = cur;
+            cur = next;
+            next = t;
         }
         if (rc == 0) rc = pieces_append(out, cur->buf ? cur->buf : "", cur->buf_len);
-        pieces_free(&a); pieces_free(&b);
+        pieces_free(&a);
+        pieces_free(&b);
         return rc;
     }
     }

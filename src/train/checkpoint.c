@@ -211,6 +211,8 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
     meta_add(&m, "window_tokens", "%ld", s->window_tokens);
     meta_add(&m, "window_steps", "%d", s->window_steps);
     meta_add(&m, "window_loss_steps", "%d", s->window_loss_steps);
+    meta_add(&m, "window_grad_norms", "%a %a %d %d", s->window_norm_sum, s->window_norm_max, s->window_updates,
+             s->window_clipped);
     meta_add(&m, "content_hash", "%016" PRIx64, content_hash(w, k, NULL));
     /* Keep the previous state as a second name of the same file (a hard
      * link): the new one replaces `path` atomically, the old one stays
@@ -301,6 +303,14 @@ static int load_state_file(const char *path, TrainState *s, Optimizer *opt,
     s->window_tokens = (long)wt;
     s->window_steps = (int)ws;
     s->window_loss_steps = (int)wls;
+    /* The report window's gradient norms (only for the history; absent in
+     * states written before lmtune kept them: the window then starts empty). */
+    const char *gn = st_meta(&f, "window_grad_norms");
+    if (gn && (sscanf(gn, "%la %la %d %d", &s->window_norm_sum, &s->window_norm_max, &s->window_updates,
+                      &s->window_clipped) != 4 || s->window_updates < 0 || s->window_clipped < 0)) {
+        error_set("%s: metadata \"window_grad_norms\" is malformed: \"%s\"", path, gn);
+        goto out;
+    }
     const char *r = st_meta(&f, "dropout_rng");
     if (!r || strlen(r) != 64) { error_set("%s: metadata \"dropout_rng\" is missing or malformed", path); goto out; }
     for (int i = 0; i < 4; i++) {

@@ -37,6 +37,8 @@ typedef struct {
     double window_loss;         /* report window in progress */
     long window_tokens;
     int window_steps, window_loss_steps;
+    double window_norm_sum, window_norm_max;   /* gradient norms of the window's updates (history) */
+    int window_updates, window_clipped;
 } TrainState;
 
 /* The optimizer's step counter is the update count (schedule position). */

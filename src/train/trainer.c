@@ -73,11 +73,30 @@ int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batch
     return 0;
 }
 
-/* Test hooks for the non-finite guard: LMTUNE_INJECT_NAN_AT_STEP="3" (or
- * "3,7" or "3-9"): those iterations report a NaN loss and gradient;
- * LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss but an infinite gradient. */
-static bool inject_at(const char *var, int it) {
-    const char *spec = getenv(var);
+/* Test hooks, read from the environment once per run, when the loop starts
+ * (a release run pays one NULL test per step for them):
+ *   LMTUNE_INJECT_NAN_AT_STEP="3" (or "3,7" or "3-9"): those iterations
+ *     report a NaN loss and gradient (the non-finite guard's tests);
+ *   LMTUNE_INJECT_INF_GRAD_AT_STEP: a finite loss but an infinite gradient;
+ *   LMTUNE_TEST_STEP_DELAY_MS=n: sleep n ms after each iteration, so a test
+ *     can deliver a signal in the middle of a run of a tiny model. */
+typedef struct {
+    const char *nan_at;
+    const char *inf_grad_at;
+    long delay_ms;
+} TestHooks;
+
+static TestHooks test_hooks_read(void) {
+    TestHooks h;
+    h.nan_at = getenv("LMTUNE_INJECT_NAN_AT_STEP");
+    h.inf_grad_at = getenv("LMTUNE_INJECT_INF_GRAD_AT_STEP");
+    const char *ms = getenv("LMTUNE_TEST_STEP_DELAY_MS");
+    h.delay_ms = ms ? strtol(ms, NULL, 10) : 0;
+    return h;
+}
+
+/* Whether iteration it is in an injection spec ("3", "3,7", "3-9"). */
+static bool inject_at(const char *spec, int it) {
     if (!spec) return false;
     const char *p = spec;
     while (*p) {
@@ -92,12 +111,7 @@ static bool inject_at(const char *var, int it) {
     return false;
 }
 
-/* LMTUNE_TEST_STEP_DELAY_MS=n: sleep n ms after each iteration, so a test
- * can deliver a signal in the middle of a run of a tiny model. */
-static void test_step_delay(void) {
-    const char *ms = getenv("LMTUNE_TEST_STEP_DELAY_MS");
-    if (!ms) return;
-    long n = strtol(ms, NULL, 10);
+static void test_step_delay(long n) {
     if (n <= 0) return;
     struct timespec ts = {n / 1000, (n % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -136,6 +150,7 @@ typedef struct {
     bool profile;           /* LMTUNE_PROFILE: time the steps by kernel class */
     int profiled_steps;
     double profiled_time;   /* wall seconds of the profiled steps */
+    TestHooks hooks;        /* read when the loop starts */
 } Loop;
 
 /* One update from the accumulated gradients; returns -1 only on errors
@@ -164,9 +179,9 @@ static int apply_update(Loop *L, int it) {
         L->st.skipped_total++;
         L->st.nonfinite_streak++;
         zero_grads(tr);
-        report_line(&L->rep, "Iter %d: non-finite %s, update skipped (%d in a row, %llu in total)", it,
-                    L->st.accum_bad ? "loss" : "gradient", L->st.nonfinite_streak,
-                    (unsigned long long)L->st.skipped_total);
+        if (dist_rank() == 0)
+            TRY(report_skip(&L->rep, it, L->st.accum_bad, L->st.nonfinite_streak,
+                            (unsigned long long)L->st.skipped_total));
         if (L->st.nonfinite_streak >= TRAIN_MAX_NONFINITE_IN_A_ROW)
             return error_set("training stopped at iteration %d: %d updates in a row had a non-finite loss or "
                              "gradient; lower --learning-rate, set --max-grad-norm, or check the data",
@@ -174,7 +189,11 @@ static int apply_update(Loop *L, int it) {
         return 0;
     }
     L->st.nonfinite_streak = 0;
+    L->st.window_updates++;
+    L->st.window_norm_sum += norm;
+    if (norm > L->st.window_norm_max) L->st.window_norm_max = norm;
     if (cfg->max_grad_norm > 0 && norm > cfg->max_grad_norm) {
+        L->st.window_clipped++;
         float coef = (float)(cfg->max_grad_norm / (norm + 1e-6));
         for (size_t i = 0; i < tr->n_params; i++) {
             float *g = tr->params[i].grad;
@@ -244,8 +263,17 @@ static int run_loop(Loop *L, TrainResult *res) {
             long vtok;
             TRY(train_evaluate(tr, src, SPLIT_VALID, cfg->val_batches, &vloss, &vtok, &have_valid));
             if (have_valid) {
+                double seconds = time_now() - t0;
+                /* the tokens trained before this evaluation, over every worker */
+                double window_tokens = (double)st->window_tokens;
+                TRY(dist_all_sum_doubles(&window_tokens, 1));
                 res->last_val_loss = vloss;
-                if (dist_rank() == 0) report_val(&L->rep, it, vloss, time_now() - t0);
+                if (dist_rank() == 0) {
+                    ValReport v = {it, vloss, seconds, st->trained_tokens + (unsigned long long)window_tokens};
+                    TRY(report_val(&L->rep, &v));
+                    TRY(report_sync(&L->rep));
+                    if (cfg->on_history) TRY(cfg->on_history(cfg->history_ctx));
+                }
             }
         }
         double t0 = time_now();
@@ -262,11 +290,11 @@ static int run_loop(Loop *L, TrainResult *res) {
         TRY(tr->forward_backward(tr->self, b, scale, &st->dropout_rng, &loss, &ntok));
         if (cfg->loss_tokens && ntok != b->n_loss_tokens)
             return error_set("internal: the batch counts %ld loss tokens but the model counted %ld", b->n_loss_tokens, ntok);
-        if (inject_at("LMTUNE_INJECT_NAN_AT_STEP", it)) {
+        if (inject_at(L->hooks.nan_at, it)) {
             loss = NAN;
             if (tr->n_params) tr->params[0].grad[0] = NAN;
         }
-        if (inject_at("LMTUNE_INJECT_INF_GRAD_AT_STEP", it) && tr->n_params) tr->params[0].grad[0] = INFINITY;
+        if (inject_at(L->hooks.inf_grad_at, it) && tr->n_params) tr->params[0].grad[0] = INFINITY;
         if (isfinite(loss)) { st->window_loss += loss; st->window_loss_steps++; }
         else st->accum_bad = true;
         st->window_tokens += ntok;
@@ -306,19 +334,30 @@ static int run_loop(Loop *L, TrainResult *res) {
                 .arena_high_water = cfg->arena ? cfg->arena->high : 0,
                 .plan_total = cfg->plan_total,
                 .skipped_updates = st->skipped_total,
+                .updates = st->window_updates,
+                .grad_norm_mean = st->window_updates ? st->window_norm_sum / st->window_updates : NAN,
+                .grad_norm_max = st->window_updates ? st->window_norm_max : NAN,
+                .clipped = st->window_clipped,
+                .world = dist_world(),
+                .comm_seconds = dist_comm_seconds(),
+                .comm_calls = dist_comm_calls(),
             };
-            if (dist_rank() == 0) report_train(&L->rep, &t);
+            if (dist_rank() == 0) TRY(report_train(&L->rep, &t));
             st->window_loss = 0;
             st->window_tokens = 0;
             st->window_steps = 0;
             st->window_loss_steps = 0;
+            st->window_norm_sum = 0;
+            st->window_norm_max = 0;
+            st->window_updates = 0;
+            st->window_clipped = 0;
             L->window_time = 0;
         }
         if (cfg->save_every > 0 && it % cfg->save_every == 0) TRY(save_all(L, it, true));
         res->iterations = it;
         res->updates = L->opt->step;
         res->skipped_updates = st->skipped_total;
-        test_step_delay();
+        test_step_delay(L->hooks.delay_ms);
         /* Workers stop together: a signal seen by any stops all after this iteration. */
         double stop = g_stop_signal;
         if (dist_world() > 1) TRY(dist_all_sum_doubles(&stop, 1));
@@ -333,6 +372,34 @@ static int run_loop(Loop *L, TrainResult *res) {
     return 0;
 }
 
+/* The end of the history: an "end" record (completed, stopped by a signal,
+ * or the error that stopped the run), fsynced, and the CLI's report. A
+ * failure here fails a run that had succeeded; after an error, the first
+ * error is the one reported. Returns the run's status. */
+static int finish_history(Loop *L, const TrainResult *res, int rc) {
+    char first_error[1024] = "";
+    if (rc < 0) snprintf(first_error, sizeof first_error, "%s", error_message());
+    EndReport e = {
+        .iteration = res->iterations,
+        .updates = L->opt->step,
+        .skipped_updates = L->st.skipped_total,
+        .status = rc < 0 ? "error" : res->stop_signal ? "stopped" : "completed",
+        .signal = res->stop_signal,
+        .message = rc < 0 ? first_error : NULL,
+        .world = dist_world(),
+        .comm_seconds = dist_comm_seconds(),
+        .comm_calls = dist_comm_calls(),
+    };
+    int hrc = report_end(&L->rep, &e);
+    if (hrc == 0) hrc = report_sync(&L->rep);
+    if (hrc == 0 && L->cfg->on_history) hrc = L->cfg->on_history(L->cfg->history_ctx);
+    if (rc < 0) {
+        error_set("%s", first_error);
+        return -1;
+    }
+    return hrc;
+}
+
 int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *cfg, TrainResult *res) {
     memset(res, 0, sizeof *res);
     res->last_val_loss = NAN;
@@ -343,6 +410,8 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     Loop L;
     memset(&L, 0, sizeof L);
     L.tr = tr; L.src = src; L.opt = opt; L.cfg = cfg;
+    char *history_path = NULL;
+    bool started = false;
     checkpoint_fingerprint(cfg->fingerprint, tr->params, tr->n_params, &opt->cfg, L.fingerprint);
     int rc = -1;
     if (cfg->adapter_path) {
@@ -352,7 +421,12 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
         L.state_file = path_join(cfg->adapter_path, STATE_FILE);
         if (!L.adapters_file || !L.state_file) goto out;
     }
-    if (report_open(&L.rep, cfg->out, dist_rank() == 0 ? cfg->metrics_file : NULL) < 0) goto out;
+    if (cfg->adapter_path && dist_rank() == 0) {
+        history_path = path_join(cfg->adapter_path, HISTORY_FILE);
+        if (!history_path) goto out;
+    }
+    if (report_open(&L.rep, cfg->out, history_path, cfg->resume, dist_rank() == 0 ? cfg->metrics_file : NULL) < 0)
+        goto out;
     rng_seed(&L.st.dropout_rng, cfg->seed ^ 0x6c6d74756e65ull);  /* "lmtune": independent of the data order */
     if (cfg->resume) {
         if (!L.state_file) { error_set("--resume needs --adapter-path"); goto out; }
@@ -378,13 +452,16 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
         int per_worker = cfg->batch_size / dist_world();
         report_line(&L.rep, "Effective batch size: %d x %d x %d = %d", per_worker, cfg->grad_accum,
                     dist_world(), per_worker * cfg->grad_accum * dist_world());
+        StartReport start = {(int)L.st.iteration, cfg->iters, cfg->resume, opt->step, dist_world()};
+        if (report_start(&L.rep, &start) < 0) goto out;
     }
+    started = true;
+    res->iterations = (int)L.st.iteration;
     L.profile = profile_requested();
-    if (run_loop(&L, res) < 0) {
-        /* Keep what the run had learned: a failure after updates still
-         * leaves the last good adapters on disk from the last save. */
-        goto out;
-    }
+    L.hooks = test_hooks_read();
+    /* A failure keeps what the run had learned: the last good adapters stay
+     * on disk from the last save. */
+    if (run_loop(&L, res) < 0) goto out;
     if (L.profile && L.profiled_steps > 0 && dist_rank() == 0) report_profile(&L);
     if (cfg->adapter_path && dist_rank() == 0) {
         if (save_all(&L, res->iterations, false) < 0) goto out;
@@ -392,7 +469,9 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     }
     rc = 0;
 out:
-    report_close(&L.rep);
+    if (started && dist_rank() == 0) rc = finish_history(&L, res, rc);
+    if (report_close(&L.rep) < 0 && rc == 0) rc = -1;
+    mem_free(history_path);
     mem_free(L.adapters_file);
     mem_free(L.state_file);
     return rc;

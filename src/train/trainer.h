@@ -62,6 +62,11 @@ typedef struct {
     const Arena *arena;         /* for the metrics file's arena_high_water (may be NULL) */
     size_t plan_total;          /* for the metrics file (0: not given) */
     FILE *out;                  /* the log (stdout) */
+    /* Called on rank 0 once the history (adapter_path/metrics.jsonl) holds
+     * an evaluation, and at the end of the run (also one stopped by a signal
+     * or an error): the CLI renders report.html there. May be NULL. */
+    int (*on_history)(void *ctx);
+    void *history_ctx;
 } TrainConfig;
 
 void train_config_default(TrainConfig *c);

@@ -4,7 +4,8 @@
 # succeed, the validation losses of both trainings must fall, the model must
 # answer "unknown" without the adapter and the right capital with it (also
 # for a phrasing it never trained on, and from the fused model), and the
-# demo's products must exist (adapter, fused model, PEFT and GGUF exports).
+# demo's products must exist (adapter, fused model, PEFT and GGUF exports,
+# the training report and the plan page).
 # Measured with these iterations: base 6.71 -> 0.001, LoRA 2.34 -> 0.003.
 set -euo pipefail
 OUT=$(mktemp -d /tmp/lmtune-demo-XXXXXX); trap 'rm -rf "$OUT"' EXIT
@@ -34,7 +35,9 @@ expect 4 "The capital of Japan is Tokyo."
 expect 5 "The capital of France is Paris."
 echo "answers: $(echo "$answers" | tr '\n' '|')"
 for f in run/adapters/adapters.safetensors run/adapters/adapter_config.json run/fused/model.safetensors \
-         run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors run/peft/adapter_config.json run/adapter.gguf; do
+         run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors \
+         run/peft/adapter_config.json run/adapter.gguf run/adapters/report.html run/adapters/metrics.jsonl \
+         run/adapters/run.json run/plan.html; do
   [ -s "$OUT/$f" ] || fail "missing $f"
 done
 [ "$(grep -c '^Generation: ' "$OUT/log")" -ge 3 ] || fail "expected at least three generations"

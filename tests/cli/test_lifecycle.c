@@ -188,7 +188,7 @@ static void check_fuse(const RefCase *rc, bool dora) {
     snprintf(adir, sizeof adir, "%s/%s_%s", tmp, rc->name, dora ? "dora" : "lora");
     snprintf(fdir, sizeof fdir, "%s/%s_%s_fused", tmp, rc->name, dora ? "dora" : "lora");
     CHECK(write_adapter_dir(rc, adir, dora) == 0);
-    CHECK_MSG(fuse_model(rc->dir, adir, fdir, 0) == 0, "%s", error_message());
+    CHECK_MSG(fuse_model(rc->dir, adir, fdir, 0, false) == 0, "%s", error_message());
     int T = rc->W - 1, V = rc->cfg.vocab_size, B = rc->B;
     Model *ma, *mf; Arena aa, af;
     if (model_open_inference(&ma, &aa, rc->dir, adir, B, T, T + 8) < 0) { CHECK_MSG(0, "%s", error_message()); return; }

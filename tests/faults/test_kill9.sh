@@ -6,8 +6,10 @@
 # adapters are byte-identical to an uninterrupted run of the same length
 # (with 1 and with 2 compute threads).
 # Trials: FAULTS_KILL_TRIALS (default 8; 40 with FAULTS_FULL=1).
+# The kill moments are seeded (LMTUNE_TEST_SEED, printed).
 source "$(dirname "$0")/lib.sh"
 make_fixture
+seed_random
 trials=${FAULTS_KILL_TRIALS:-$([ "${FAULTS_FULL:-0}" = 1 ] && echo 40 || echo 8)}
 state_iteration() { grep -ao '"iteration":"[0-9]*"' "$1/training_state.safetensors" | grep -o '[0-9]*'; }
 resumed=0; early=0; identical=0; outcomes=""; tmp_left=0
@@ -66,4 +68,4 @@ printf x > "$f/model.safetensors.tmp.$dead"
 "$BIN" fuse --model "$SCRATCH/model" --adapter-path "$d" --save-path "$f" >"$SCRATCH/out" 2>"$SCRATCH/err" || bad "stale: fuse failed: $(tail -1 "$SCRATCH/err")"
 check "stale: fuse removes a dead writer's temporary file in --save-path" bash -c "[ ! -e '$f/model.safetensors.tmp.$dead' ] && [ -s '$f/model.safetensors' ]"
 check "stale: fuse warns once" grep -q "^\[WARNING\] $f: removed 1 temporary file left by an interrupted save$" "$SCRATCH/err"
-finish faults/kill9 "$trials trials: $resumed resumed from their last checkpoint ($identical compared byte-identical), $early killed before the first save"
+finish faults/kill9 "$trials trials: $resumed resumed from their last checkpoint ($identical compared byte-identical), $early killed before the first save, seed $LMTUNE_TEST_SEED"

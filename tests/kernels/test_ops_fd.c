@@ -72,31 +72,6 @@ static void test_exp16(void) {
     printf("worst exp16 rel err %.3g\n", worst);
 }
 
-/* store16_bf16 (the LM head's dlogits, the bf16 rows) must round exactly
- * as f32_to_bf16: nearest even, NaN quiet, subnormals and infinities kept. */
-static void test_store16_bf16(void) {
-    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                                      0x7f800001u, 0xffa00000u, 0x00000001u, 0x807fffffu, 0x3f808000u,
-                                      0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x7f7f8000u, 0x0000ffffu, 0x3f807fffu};
-    int bad = 0;
-    uint64_t st = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 1 + (1 << 16); i++) {
-        uint32_t bits[16];
-        for (int t = 0; t < 16; t++) {
-            st = st * 6364136223846793005ull + 1442695040888963407ull;
-            bits[t] = i == 0 ? special[t] : (uint32_t)(st >> 32);
-        }
-        v16 x; memcpy(&x, bits, sizeof x);
-        uint16_t got[16];
-        store16_bf16(got, x);
-        for (int t = 0; t < 16; t++) {
-            float f; memcpy(&f, &bits[t], 4);
-            bad += got[t] != f32_to_bf16(f);
-        }
-    }
-    CHECK_MSG(bad == 0, "store16_bf16 differs from f32_to_bf16 on %d of %d values", bad, 16 * (1 + (1 << 16)));
-}
-
 /* ---------------- embedding ---------------- */
 typedef struct { float *out, *table, *probe; int *tokens; int N, C; } EmbCtx;
 static double emb_obj(void *p) { EmbCtx *c = p; embedding_forward(c->out, c->tokens, c->table, DTYPE_F32, c->N, c->C); return dot(c->out, c->probe, (size_t)c->N * c->C); }
@@ -360,11 +335,16 @@ static double test_glu(int act, bool fused) {
 }
 
 /* ---------------- lm head + cross-entropy ---------------- */
-typedef struct { float *inp, *w, *rw, *scratch; int *targets; int chunk, N, C, V; float cap; } XentCtx;
+typedef struct {
+    float *inp, *w, *rw, *scratch;
+    int *targets;
+    int chunk, N, C, V;
+    float cap;
+    FrozenWeight fw;
+} XentCtx;
 static double xent_obj(void *p) {
     XentCtx *c = p;
-    return lmhead_xent(NULL, NULL, c->inp, c->w, DTYPE_F32, c->targets, c->rw, c->scratch, c->cap, c->chunk, c->N,
-                       c->C, c->V);
+    return lmhead_xent(NULL, NULL, c->inp, &c->fw, c->targets, c->rw, c->scratch, c->cap, c->chunk, c->N);
 }
 /* Loss and gradient in double from (possibly bf16-rounded) inputs; dlogits
  * rounded to bf16 when round_dlogits (as the bf16 path does). */
@@ -403,10 +383,11 @@ static void test_lmhead(float cap) {
     for (int i = 0; i < c.N; i++) targets[i] = irand(c.V);
     c.rw = rw; c.targets = targets;
     c.inp = rand_vec((size_t)c.N * c.C, 1); c.w = rand_vec((size_t)c.V * c.C, 0.5f);
+    c.fw = fw_plain(c.w, DTYPE_F32, c.V, c.C, DTYPE_F32);
     c.scratch = zeros(lmhead_scratch_floats(c.chunk, c.C, c.V));
     float *dinp = zeros((size_t)c.N * c.C), *ref = zeros((size_t)c.N * c.C), *rl = zeros(c.N), *rl_ref = zeros(c.N);
     if (cap > 0) for (size_t i = 0; i < (size_t)c.N * c.C; i++) c.inp[i] *= 4;   /* logits where the cap bends */
-    double loss = lmhead_xent(dinp, rl, c.inp, c.w, DTYPE_F32, targets, rw, c.scratch, cap, c.chunk, c.N, c.C, c.V);
+    double loss = lmhead_xent(dinp, rl, c.inp, &c.fw, targets, rw, c.scratch, cap, c.chunk, c.N);
     double loss_ref = naive_xent(ref, rl_ref, c.inp, c.w, targets, rw, c.N, c.C, c.V, 0, cap);
     double el = fabs(loss - loss_ref) / fabs(loss_ref);
     CHECK_MSG(el < 1e-5, "lmhead loss %.9g vs %.9g", loss, loss_ref);
@@ -416,22 +397,23 @@ static void test_lmhead(float cap) {
     for (int x = 0; x < c.C; x++) CHECK(dinp[1 * c.C + x] == 0 && dinp[5 * c.C + x] == 0); /* weight-0 rows */
     double e = fd_check("lmhead_xent dinp", c.inp, (size_t)c.N * c.C, dinp, xent_obj, &c, 1e-2, (size_t)c.N * c.C);
     /* eval (dinp NULL) gives the same loss */
-    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, c.w, DTYPE_F32, targets, rw, c.scratch, cap, c.chunk, c.N, c.C, c.V),
-               loss, 1e-9 * fabs(loss));
+    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, &c.fw, targets, rw, c.scratch, cap, c.chunk, c.N), loss,
+               1e-9 * fabs(loss));
 
     /* bf16 weight: against the naive loss/gradient of bf16-rounded inputs and weights */
     uint16_t *w16 = malloc((size_t)c.V * c.C * 2);
     float *wr = zeros((size_t)c.V * c.C), *inr = zeros((size_t)c.N * c.C);
     for (size_t i = 0; i < (size_t)c.V * c.C; i++) { w16[i] = f32_to_bf16(c.w[i]); wr[i] = bf16_to_f32(w16[i]); }
+    FrozenWeight fw16 = fw_plain(w16, DTYPE_BF16, c.V, c.C, DTYPE_BF16);
     for (size_t i = 0; i < (size_t)c.N * c.C; i++) inr[i] = round_bf16(c.inp[i]);
     memset(dinp, 0, (size_t)c.N * c.C * sizeof(float)); memset(ref, 0, (size_t)c.N * c.C * sizeof(float));
-    double lb = lmhead_xent(dinp, rl, c.inp, w16, DTYPE_BF16, targets, rw, c.scratch, cap, c.chunk, c.N, c.C, c.V);
+    double lb = lmhead_xent(dinp, rl, c.inp, &fw16, targets, rw, c.scratch, cap, c.chunk, c.N);
     double lb_ref = naive_xent(ref, rl_ref, inr, wr, targets, rw, c.N, c.C, c.V, 1, cap);
     double elb = fabs(lb - lb_ref) / fabs(lb_ref), egb = rel_error(dinp, ref, (size_t)c.N * c.C);
     CHECK_MSG(elb < 1e-5 && egb < 1e-4, "lmhead bf16: loss rel err %.3g, dinp rel err %.3g", elb, egb);
     /* logits for generation */
     float *logits = zeros((size_t)c.N * c.V);
-    lmhead_logits(logits, c.inp, c.w, DTYPE_F32, cap, c.N, c.C, c.V);
+    lmhead_logits(logits, c.inp, &c.fw, cap, c.N);
     double z0 = 0; for (int x = 0; x < c.C; x++) z0 += (double)c.inp[2 * c.C + x] * c.w[7 * c.C + x];
     if (cap > 0) z0 = cap * tanh(z0 / cap);
     CHECK_NEAR(logits[2 * c.V + 7], z0, 1e-5);
@@ -460,7 +442,6 @@ int main(void) {
     static uint16_t scratch[1 << 16];
     matmul_set_scratch(scratch, sizeof scratch);
     test_exp16();
-    test_store16_bf16();
     test_embedding();
     test_rmsnorm(0.0f);
     test_rmsnorm(1.0f);

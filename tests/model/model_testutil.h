@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "kernels/matmul.h"
 #include "memory/plan.h"
 #include "model/model.h"
 
@@ -66,20 +67,27 @@ static inline int refcase_read(RefCase *rc, const char *dir, const char *name) {
     rc->trajectory = json_object_get(j, "updates") != NULL;
     json_decref(j);
     s->max_rows = rc->B; s->max_tokens = rc->W - 1;
-    s->weight_dtype = DTYPE_F32;
+    /* bf16 weights are multiplied as stored where the CPU has bf16 products,
+     * else converted to fp32 at load (what lmtune does by default) */
+    s->weight_dtype = rc->bf16 ? matmul_weight_dtype(DTYPE_BF16) : DTYPE_F32;
     s->training = true;
     s->lmhead_chunk = 8;   /* several chunks even for these tiny batches */
     return 0;
 }
 
-/* Case directories under tests/ref/data, sorted; *n of them. */
-static inline int refcase_list(char names[][256], int max) {
-    DIR *dp = opendir("tests/ref/data");
+/* Case directories (those with a case.json) under root, sorted; returns how many. */
+static inline int refcase_list_in(const char *root, char names[][256], int max) {
+    DIR *dp = opendir(root);
     if (!dp) return 0;
     int n = 0;
     struct dirent *e;
     while ((e = readdir(dp)) && n < max) {
         if (e->d_name[0] == '.') continue;
+        char p[700];
+        snprintf(p, sizeof p, "%s/%.255s/case.json", root, e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        fclose(f);
         snprintf(names[n++], 256, "%.255s", e->d_name);
     }
     closedir(dp);
@@ -89,13 +97,19 @@ static inline int refcase_list(char names[][256], int max) {
         }
     return n;
 }
+static inline int refcase_list(char names[][256], int max) { return refcase_list_in("tests/ref/data", names, max); }
 
 /* Plans the spec, makes an arena of exactly the plan's bytes, loads. */
 static inline int load_planned(Model **m, Arena *arena, size_t *planned, const char *dir,
                         const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype) {
     MemPlan plan = {0};
     Carver cv = {NULL, &plan};
-    if (model_layout_dtype(cfg, spec, file_dtype, &cv) < 0) { plan_free(&plan); return -1; }
+    *planned = 0;
+    WeightsSummary ws;   /* from the headers: a quantized model is planned as stored */
+    if (model_weights_summary(dir, cfg, &ws) < 0) return -1;
+    if (!ws.quantized && ws.file_dtype != file_dtype)
+        return error_set("%s: matrices are %s, not %s", dir, dtype_name(ws.file_dtype), dtype_name(file_dtype));
+    if (model_layout_summary(cfg, spec, &ws, &cv) < 0) { plan_free(&plan); return -1; }
     *planned = plan_arena_bytes(&plan);
     plan_free(&plan);
     if (arena_init(arena, *planned ? *planned : 64) < 0) return -1;

@@ -21,7 +21,10 @@ static double mean_loss(Model *m) {
 
 static void fd_case(const char *dir, ModelSpec spec, const char *what) {
     RefCase rc;
-    if (refcase_read(&rc, dir, what) < 0) { printf("skip %s: %s\n", what, error_message()); return; }
+    if (refcase_read(&rc, dir, what) < 0) {
+        CHECK_MSG(0, "%s: %s (the committed reference case is missing)", what, error_message());
+        return;
+    }
     spec.max_rows = FB; spec.max_tokens = FW - 1; spec.weight_dtype = DTYPE_F32; spec.training = true;
     spec.lmhead_chunk = 5;
     Model *m; Arena arena; size_t planned;
@@ -73,7 +76,10 @@ static void fd_case(const char *dir, ModelSpec spec, const char *what) {
 /* Dropout: same seed, same gradients; checkpointing changes nothing; p > 0 changes them. */
 static void dropout_case(const char *dir) {
     RefCase rc;
-    if (refcase_read(&rc, dir, "dropout") < 0) return;
+    if (refcase_read(&rc, dir, "dropout") < 0) {
+        CHECK_MSG(0, "dropout: %s (the committed reference case is missing)", error_message());
+        return;
+    }
     float *g[3] = {0};
     size_t n = 0;
     for (int run = 0; run < 4; run++) {
@@ -111,7 +117,10 @@ static void dropout_case(const char *dir) {
 /* Gradients accumulate: two half-scaled calls add up to one full call. */
 static void accumulate_case(const char *dir) {
     RefCase rc;
-    if (refcase_read(&rc, dir, "accumulate") < 0) return;
+    if (refcase_read(&rc, dir, "accumulate") < 0) {
+        CHECK_MSG(0, "accumulate: %s (the committed reference case is missing)", error_message());
+        return;
+    }
     ModelSpec s = {.type = TUNE_LORA, .num_layers = 1, .lora_rank = 2, .lora_scale = 2.0f, .lora_keys = PROJ_ALL,
                    .max_rows = FB, .max_tokens = FW - 1, .weight_dtype = DTYPE_F32, .training = true};
     Model *m; Arena arena; size_t planned;
@@ -148,7 +157,10 @@ static void accumulate_case(const char *dir) {
 /* KV cache: decoding a prefix, then token by token, gives the logits of model_logits. */
 static void decode_case(const char *dir, TuneType type) {
     RefCase rc;
-    if (refcase_read(&rc, dir, "decode") < 0) return;
+    if (refcase_read(&rc, dir, "decode") < 0) {
+        CHECK_MSG(0, "decode: %s (the committed reference case is missing)", error_message());
+        return;
+    }
     int T = 12;
     ModelSpec s = {.type = type, .num_layers = -1, .lora_rank = 4, .lora_scale = 2.0f, .lora_keys = PROJ_ALL,
                    .max_rows = 1, .max_tokens = T, .weight_dtype = DTYPE_F32, .kv_cache_tokens = 16};
@@ -188,7 +200,10 @@ static void decode_case(const char *dir, TuneType type) {
  * identity without building (out x in) matrices. */
 static void dora_identity_case(const char *dir) {
     RefCase rc;
-    if (refcase_read(&rc, dir, "dora identity") < 0) return;
+    if (refcase_read(&rc, dir, "dora identity") < 0) {
+        CHECK_MSG(0, "dora identity: %s (the committed reference case is missing)", error_message());
+        return;
+    }
     int T = 12, V;
     float *lg[2];
     float s = 1.7f;

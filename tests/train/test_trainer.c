@@ -16,6 +16,7 @@
 #include "check.h"
 #include "formats/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/report.h"
 #include "train/trainer.h"
 
 enum { V = 11, R = 4, NSEQ = 24, MAXLEN = 12 };
@@ -372,6 +373,18 @@ static void test_log_and_files(void) {
     CHECK(lines == 6 && train_lines == 3);
     CHECK(strstr(m, "\"iterations_per_second\"") && strstr(m, "\"tokens_per_second\"") && strstr(m, "\"trained_tokens\"")
           && strstr(m, "\"peak_memory\"") && strstr(m, "\"learning_rate\"") && strstr(m, "\"val_loss\""));
+    mem_free(m);
+    /* The run's history in the adapter directory: the same records between
+     * a start and an end event (report.h). */
+    CHECK(file_read_all(sub("run_log/" HISTORY_FILE), 0, &m, &mn) == 0);
+    lines = 0;
+    train_lines = 0;
+    for (char *p = m; *p; p++) if (*p == '\n') lines++;
+    for (char *p = m; (p = strstr(p, "\"train_loss\"")); p++) train_lines++;
+    CHECK(lines == 8 && train_lines == 3);
+    CHECK(!strncmp(m, "{\"event\": \"start\", \"iteration\": 0, \"iters\": 12, \"resumed\": false", 60));
+    CHECK(strstr(m, "{\"event\": \"end\", \"iteration\": 12, \"status\": \"completed\"") != NULL);
+    CHECK(strstr(m, "\"grad_norm\": ") && strstr(m, "\"clipped_updates\": 0"));
     mem_free(m);
     free(log);
 }

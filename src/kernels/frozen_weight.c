@@ -1,0 +1,221 @@
+/* frozen_weight.c: products, lookups and norms of frozen matrices in any
+ * stored format (see frozen_weight.h): the direct oneDNN product when the
+ * stored elements are of the compute type, else expansion panel by panel
+ * into the panel scratch and one oneDNN product per panel, or the fused
+ * GEMV for a few rows. The format-specific work is in the kernels of
+ * dequant.h; this file only dispatches and tiles. */
+#include "kernels/frozen_weight.h"
+#include "kernels/dequant.h"
+#include "kernels/matmul.h"
+#include "base/error.h"
+#include <string.h>
+
+/* Bytes of expanded weights per panel: a few MB, so that a panel stays in
+ * the last-level cache while oneDNN reads it, and large enough that the
+ * other operand is streamed only a few times per product. */
+#define FW_PANEL_BUDGET ((size_t)4 << 20)
+
+static void *fw_panel;
+static size_t fw_panel_size;
+
+static size_t esize_of(DType t) { return t == DTYPE_F32 ? 4 : 2; }
+
+FrozenWeight fw_plain(const void *data, DType dtype, int rows, int cols, DType compute) {
+    FrozenWeight w = {0};
+    w.fmt = FW_PLAIN;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data;
+    w.dtype = dtype;
+    w.row_bytes = (size_t)cols * esize_of(dtype);
+    w.compute = compute;
+    return w;
+}
+
+FrozenWeight fw_affine(const void *packed, const void *scales, const void *biases, DType dtype,
+                       int bits, int group, int rows, int cols) {
+    FrozenWeight w = {0};
+    w.fmt = FW_AFFINE;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = packed;
+    w.row_bytes = (size_t)cols * (size_t)bits / 8;
+    w.dtype = dtype;
+    w.bits = bits;
+    w.group = group;
+    w.scales = scales;
+    w.biases = biases;
+    w.compute = dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    return w;
+}
+
+bool fw_is_direct(const FrozenWeight *w) { return w->fmt == FW_PLAIN && w->dtype == w->compute; }
+
+size_t fw_storage_bytes(const FrozenWeight *w) {
+    size_t codes = (size_t)w->rows * w->row_bytes;
+    if (w->fmt != FW_AFFINE) return codes;
+    return codes + 2 * (size_t)w->rows * (size_t)(w->cols / w->group) * esize_of(w->dtype);
+}
+
+int fw_col_align(const FrozenWeight *w) { return w->fmt == FW_AFFINE ? w->group : 1; }
+
+static void plain_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
+    size_t es = esize_of(w->dtype), eo = esize_of(out);
+    for (int r = 0; r < nr; r++) {
+        const char *src = (const char *)w->data + ((size_t)(r0 + r) * (size_t)w->cols + (size_t)c0) * es;
+        char *d = (char *)dst + (size_t)r * ld * eo;
+        if (out == DTYPE_F32) dtype_to_f32((float *)d, src, w->dtype, (size_t)nc);
+        else if (w->dtype == DTYPE_BF16) memcpy(d, src, (size_t)nc * 2);
+        else if (w->dtype == DTYPE_F32) matmul_f32_to_bf16((uint16_t *)d, (const float *)src, (size_t)nc);
+        else
+            for (int c = 0; c < nc; c++) ((uint16_t *)d)[c] = f32_to_bf16(f16_to_f32(((const uint16_t *)src)[c]));
+    }
+}
+
+void fw_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
+    switch (w->fmt) {
+    case FW_PLAIN:
+        plain_expand(w, r0, nr, c0, nc, out, dst, ld);
+        return;
+    case FW_AFFINE:
+        affine_expand(w->data, w->row_bytes, w->scales, w->biases, w->dtype, w->bits, w->group, w->cols,
+                      r0, nr, c0, nc, out, dst, ld);
+        return;
+    default:
+        die("frozen_weight.c: fw_expand: format %d has no expansion kernel", (int)w->fmt);
+    }
+}
+
+size_t fw_panel_scratch_bytes(int max_cols) {
+    size_t min_rows = (size_t)16 * (size_t)(max_cols > 0 ? max_cols : 1) * 4;
+    return min_rows > FW_PANEL_BUDGET ? min_rows : FW_PANEL_BUDGET;
+}
+
+void fw_set_panel_scratch(void *scratch, size_t bytes) {
+    fw_panel = scratch;
+    fw_panel_size = bytes;
+}
+
+static void *panel_for(size_t bytes, const char *who) {
+    if (!fw_panel || fw_panel_size < bytes)
+        die("frozen_weight.c: %s: panel scratch too small (%zu bytes set, %zu needed); "
+            "call fw_set_panel_scratch first", who, fw_panel_size, bytes);
+    return fw_panel;
+}
+
+/* Rows per row panel: the budget's worth, a multiple of 16, at least 1. */
+static int panel_rows(const FrozenWeight *w, size_t es) {
+    size_t p = FW_PANEL_BUDGET / ((size_t)w->cols * es);
+    if (p >= 16) p -= p % 16;
+    if (p < 1) p = 1;
+    return p > (size_t)w->rows ? w->rows : (int)p;
+}
+
+/* dst (nr, cols) = rows r0.. of W, threads splitting the rows. */
+static void expand_rows_par(const FrozenWeight *w, int r0, int nr, DType out, void *dst) {
+    size_t eo = esize_of(out);
+    #pragma omp parallel for schedule(static) if ((size_t)nr * w->cols > 32768)
+    for (int r = 0; r < nr; r++)
+        fw_expand(w, r0 + r, 1, 0, w->cols, out, (char *)dst + (size_t)r * w->cols * eo, (size_t)w->cols);
+}
+
+/* dst (rows, nc), rows nc apart = columns c0.. of every row of W. */
+static void expand_cols_par(const FrozenWeight *w, int c0, int nc, DType out, void *dst) {
+    size_t eo = esize_of(out);
+    #pragma omp parallel for schedule(static) if ((size_t)nc * w->rows > 32768)
+    for (int r = 0; r < w->rows; r++)
+        fw_expand(w, r, 1, c0, nc, out, (char *)dst + (size_t)r * nc * eo, (size_t)nc);
+}
+
+void fw_linear_forward(float *out, const float *x, const uint16_t *x16, const FrozenWeight *w,
+                       const float *bias, int N) {
+    int rows = w->rows, cols = w->cols;
+    if (N <= 0 || rows <= 0) return;
+    bool bf = w->compute == DTYPE_BF16;
+    if (fw_is_direct(w)) {
+        if (bf && x16) linear_forward_bf16_input(out, x16, w->data, bias, N, cols, rows);
+        else linear_forward(out, x, w->data, w->dtype, bias, N, cols, rows);
+        return;
+    }
+    if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_AFFINE && x) {
+        affine_gemv(out, (size_t)rows, x, w->data, w->row_bytes, w->scales, w->biases, w->dtype, w->bits,
+                    w->group, rows, cols, bias, N);
+        return;
+    }
+    const void *a = x;
+    if (bf) a = x16 ? (const void *)x16 : (const void *)matmul_bf16_input(x, (size_t)N, (size_t)cols);
+    size_t es = esize_of(w->compute);
+    int P = panel_rows(w, es);
+    void *panel = panel_for((size_t)P * cols * es, "fw_linear_forward");
+    for (int o0 = 0; o0 < rows; o0 += P) {
+        int np = rows - o0 < P ? rows - o0 : P;
+        expand_rows_par(w, o0, np, w->compute, panel);
+        matmul_strided(out + o0, (size_t)rows, a, (size_t)cols, false, panel, (size_t)cols, true, w->compute,
+                       bias ? bias + o0 : NULL, N, np, cols, 1.0f, 0.0f);
+    }
+}
+
+void fw_linear_backward_dinp(float *dx, float beta, const float *dout, const uint16_t *dout16, size_t ld16,
+                             const FrozenWeight *w, int N) {
+    int rows = w->rows, cols = w->cols;
+    if (N <= 0 || rows <= 0 || cols <= 0) return;
+    bool bf = w->compute == DTYPE_BF16;
+    if (fw_is_direct(w)) {
+        if (bf && dout16) linear_backward_dinp_bf16_dout(dx, dout16, ld16, w->data, beta, N, cols, rows);
+        else if (beta == 0.0f) linear_backward_set_dinp(dx, NULL, NULL, dout, NULL, w->data, w->dtype, N, cols, rows);
+        else linear_backward(dx, NULL, NULL, dout, NULL, w->data, w->dtype, N, cols, rows);
+        return;
+    }
+    const void *a = dout;
+    size_t lda = (size_t)rows, es = esize_of(w->compute);
+    if (bf) {
+        if (dout16) a = dout16, lda = ld16;
+        else a = matmul_bf16_input(dout, (size_t)N, (size_t)rows);
+    }
+    size_t align = (size_t)fw_col_align(w);
+    if ((size_t)rows * align * es <= FW_PANEL_BUDGET) {
+        /* panels of whole columns: each column of dx is written by one product */
+        size_t pc = FW_PANEL_BUDGET / ((size_t)rows * es) / align * align;
+        if (pc > (size_t)cols) pc = (size_t)cols;
+        void *panel = panel_for(pc * rows * es, "fw_linear_backward_dinp");
+        for (size_t c0 = 0; c0 < (size_t)cols; c0 += pc) {
+            int nc = (int)((size_t)cols - c0 < pc ? (size_t)cols - c0 : pc);
+            expand_cols_par(w, (int)c0, nc, w->compute, panel);
+            matmul_strided(dx + c0, (size_t)cols, a, lda, false, panel, (size_t)nc, false, w->compute, NULL,
+                           N, nc, rows, 1.0f, beta);
+        }
+        return;
+    }
+    /* very tall matrices (an LM head): panels of rows, products summed into dx */
+    int P = panel_rows(w, es);
+    void *panel = panel_for((size_t)P * cols * es, "fw_linear_backward_dinp");
+    for (int o0 = 0; o0 < rows; o0 += P) {
+        int np = rows - o0 < P ? rows - o0 : P;
+        expand_rows_par(w, o0, np, w->compute, panel);
+        const void *ap = (const char *)a + (size_t)o0 * es;
+        matmul_strided(dx, (size_t)cols, ap, lda, false, panel, (size_t)cols, false, w->compute, NULL,
+                       N, cols, np, 1.0f, o0 == 0 ? beta : 1.0f);
+    }
+}
+
+void fw_gather_rows(float *out, const int *ids, int N, const FrozenWeight *w) {
+    #pragma omp parallel for schedule(static) if ((size_t)N * w->cols > 32768)
+    for (int n = 0; n < N; n++)
+        fw_expand(w, ids[n], 1, 0, w->cols, DTYPE_F32, out + (size_t)n * w->cols, (size_t)w->cols);
+}
+
+void fw_row_norms2(float *out, const FrozenWeight *w) {
+    int align = fw_col_align(w);
+    int chunk = (256 + align - 1) / align * align;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < w->rows; r++) {
+        float buf[chunk];
+        double s = 0;
+        for (int c0 = 0; c0 < w->cols; c0 += chunk) {
+            int nc = w->cols - c0 < chunk ? w->cols - c0 : chunk;
+            fw_expand(w, r, 1, c0, nc, DTYPE_F32, buf, (size_t)nc);
+            for (int c = 0; c < nc; c++) s += (double)buf[c] * buf[c];
+        }
+        out[r] = (float)s;
+    }
+}

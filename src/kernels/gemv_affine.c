@@ -1,0 +1,65 @@
+/* gemv_affine.c: the fused dequantize-and-dot of decoding: y = x W^T for a
+ * few rows of x with W MLX affine-quantized, reading each packed code once
+ * and never writing a dequantized weight. Per output feature and group:
+ *     y += s * sum_j x_j q_j + b * sum_j x_j
+ * (the sums of x per group are computed once per call). Decoding reads every
+ * weight of the model once per token, so this is memory-bound: 4-bit codes
+ * move a quarter of the bytes of bf16 weights. Threads split the output
+ * features. The result equals x times the dequantized weights up to float
+ * rounding (MLX's qmv computes the same sums). */
+#include "kernels/dequant.h"
+#include "kernels/affine_codes.h"
+
+static inline float hsum16(v16 v) {
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += v[i];
+    return s;
+}
+
+/* One output feature for one row of x; xs: that row's per-group sums. */
+static float dot_row(const float *x, const float *xs, const uint8_t *row, size_t row_bytes, const void *scales,
+                     const void *biases, size_t g0, DType t, int bits, int group, int cols) {
+    int gpr = cols / group;
+    bool vec = bits == 4 || bits == 8;
+    v16 accv = splat16(0.0f);
+    float acc = 0.0f;
+    for (int g = 0; g < gpr; g++) {
+        float s = scalar_of(scales, g0 + (size_t)g, t), b = scalar_of(biases, g0 + (size_t)g, t);
+        size_t c = (size_t)g * (size_t)group;
+        if (vec) {
+            v16 d = splat16(0.0f);
+            for (int j = 0; j < group; j += 16)
+                d += __builtin_convertvector(codes16(row, bits, c + (size_t)j), v16) * load16(x + c + j);
+            accv += d * splat16(s);
+        } else {
+            float d = 0.0f;
+            for (int j = 0; j < group; j++) d += (float)code_at(row, row_bytes, bits, c + (size_t)j) * x[c + (size_t)j];
+            acc += s * d;
+        }
+        acc += b * xs[g];
+    }
+    return acc + hsum16(accv);
+}
+
+void affine_gemv(float *y, size_t ldy, const float *x, const uint8_t *packed, size_t row_bytes,
+                 const void *scales, const void *biases, DType t, int bits, int group,
+                 int rows, int cols, const float *bias, int N) {
+    int gpr = cols / group;
+    float xs[N > 0 ? (size_t)N * (size_t)gpr : 1];
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < gpr; g++) {
+            float s = 0.0f;
+            const float *xg = x + (size_t)n * cols + (size_t)g * group;
+            for (int j = 0; j < group; j++) s += xg[j];
+            xs[(size_t)n * gpr + g] = s;
+        }
+    #pragma omp parallel for schedule(static) if ((size_t)rows * cols > 65536)
+    for (int o = 0; o < rows; o++) {
+        const uint8_t *row = packed + (size_t)o * row_bytes;
+        for (int n = 0; n < N; n++) {
+            float v = dot_row(x + (size_t)n * cols, xs + (size_t)n * gpr, row, row_bytes, scales, biases,
+                              (size_t)o * gpr, t, bits, group, cols);
+            y[(size_t)n * ldy + o] = v + (bias ? bias[o] : 0.0f);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+/* isa.c: the start-up choice of the kernels' instruction set (see isa.h):
+ * CPUID through the compiler's cpu model, the LMTUNE_NO_AVX512 switch, and
+ * in the portable build the public entry points of the kernels compiled
+ * twice, each calling the chosen variant. */
+#include "kernels/isa.h"
+
+#include <dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static bool isa_use_avx512;
+static const char *isa_text = "native";
+
+/* LMTUNE_NO_AVX512 set to anything but "" or "0". */
+static bool avx512_disabled(void) {
+    const char *e = getenv("LMTUNE_NO_AVX512");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static void isa_detect(void) {
+    bool off = avx512_disabled();
+#if defined(__x86_64__)
+    if (off) {
+        /* oneDNN then picks what it picks on an AVX2 machine. Must precede
+         * its first use: matmul.c calls isa_init before creating anything. */
+        dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
+    }
+#endif
+#if defined(LT_ISA_DISPATCH)
+    /* The AVX-512 variants are compiled for x86-64-v4: F, BW, CD, DQ, VL.
+     * The compiler's cpu model also checks that the OS saves the AVX-512
+     * registers (XCR0). */
+    __builtin_cpu_init();
+    bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    isa_use_avx512 = cpu && !off;
+    if (isa_use_avx512) {
+        isa_text = "x86-64-v3 + AVX-512 kernels";
+    } else if (cpu) {
+        isa_text = "x86-64-v3 (AVX-512 disabled by LMTUNE_NO_AVX512)";
+    } else {
+        isa_text = "x86-64-v3 (no AVX-512 on this CPU)";
+    }
+#else
+    isa_text = off ? "native build (LMTUNE_NO_AVX512 caps oneDNN only)" : "native build";
+#endif
+}
+
+void isa_init(void) { pthread_once(&isa_once, isa_detect); }
+
+bool isa_avx512(void) {
+    isa_init();
+    return isa_use_avx512;
+}
+
+const char *isa_describe(void) {
+    isa_init();
+    return isa_text;
+}
+
+#if defined(LT_ISA_DISPATCH)
+/* The two compiles of each dispatched kernel (same type as the public one). */
+extern __typeof__(attention_forward) attention_forward_base, attention_forward_avx512;
+extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
+extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
+extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
+                       int KVH, int D, const AttnParams *ap) {
+    if (isa_avx512()) {
+        attention_forward_avx512(out, lse, q, k, v, B, T, H, KVH, D, ap);
+    } else {
+        attention_forward_base(out, lse, q, k, v, B, T, H, KVH, D, ap);
+    }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, const float *out, const float *lse, float *workspace, int B, int T, int H,
+                        int KVH, int D, const AttnParams *ap) {
+    if (isa_avx512()) {
+        attention_backward_avx512(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D, ap);
+    } else {
+        attention_backward_base(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D, ap);
+    }
+}
+
+double lmhead_xent(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w, const int *targets,
+                   const float *row_weight, float *scratch, float softcap, int chunk, int N) {
+    if (isa_avx512()) {
+        return lmhead_xent_avx512(dinp, row_loss, inp, w, targets, row_weight, scratch, softcap, chunk, N);
+    }
+    return lmhead_xent_base(dinp, row_loss, inp, w, targets, row_weight, scratch, softcap, chunk, N);
+}
+
+void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    if (isa_avx512()) {
+        matmul_f32_to_bf16_avx512(dst, src, n);
+    } else {
+        matmul_f32_to_bf16_base(dst, src, n);
+    }
+}
+#endif

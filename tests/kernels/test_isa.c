@@ -1,0 +1,275 @@
+/* test_isa.c: the kernels compiled twice (kernels/isa.h) against each other
+ * and against the scalar rules they share:
+ *   - the bf16 rounding of arrays (matmul_f32_to_bf16, store16_bf16) equals
+ *     the scalar f32_to_bf16 (itself checked on all 2^32 inputs by
+ *     tests/base/test_dtype.c) on 1M random bit patterns and the special
+ *     cases (ties, overflow to infinity, subnormals, NaN payloads), in every
+ *     variant this CPU can run;
+ *   - attention forward and backward and the LM head + cross-entropy give
+ *     the same bits in the baseline and the AVX-512 variant (same sums in the
+ *     same order, fused multiply-adds in both), on shapes with partial tiles,
+ *     head dims that are not multiples of 16 and grouped kv heads;
+ *   - LMTUNE_NO_AVX512=1 turns the AVX-512 variants and oneDNN's bf16
+ *     products off (checked in a child process: the choice is made once).
+ * A build without the choice (make NATIVE=1, non-x86) has one variant: only
+ * the scalar comparisons run, and the test says so. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "base/dtype.h"
+#include "kernels/frozen_weight.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/vec.h"
+
+#if defined(LT_ISA_DISPATCH)
+extern __typeof__(attention_forward) attention_forward_base, attention_forward_avx512;
+extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
+extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
+extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+#endif
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rand32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+static float frand(void) { /* uniform in [-1, 1) */
+    return (float)((rand32() >> 8) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float *rand_vec(size_t n, float scale) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        p[i] = scale * frand();
+    }
+    return p;
+}
+
+typedef void (*ToBf16)(uint16_t *dst, const float *src, size_t n);
+
+/* n floats: the special cases first, then random bit patterns. */
+static float *bf16_inputs(size_t n) {
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f817fffu,
+        0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
+        0x7fbfffffu, 0x7fc00000u, 0xffffffffu, 0xff800001u, 0x00008000u, 0x00018000u, 0x0000ffffu,
+        0x80008000u, 0x807fffffu, 0x00800000u, 0x007fffffu, 0x33800000u, 0x47efffffu,
+    };
+    float *x = malloc(n * sizeof *x);
+    size_t ns = sizeof special / sizeof special[0];
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = i < ns ? special[i] : rand32();
+        memcpy(&x[i], &u, 4);
+    }
+    return x;
+}
+
+static void check_to_bf16(const char *name, ToBf16 f, const float *x, size_t n) {
+    uint16_t *got = malloc(n * sizeof *got);
+    f(got, x, n);
+    size_t bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] != f32_to_bf16(x[i])) {
+            if (!bad) {
+                first = i;
+            }
+            bad++;
+        }
+    }
+    uint32_t u;
+    memcpy(&u, &x[first], 4);
+    CHECK_MSG(bad == 0, "%s: %zu of %zu differ from f32_to_bf16, first 0x%08x -> 0x%04x (want 0x%04x)", name, bad, n,
+              u, got[first], f32_to_bf16(x[first]));
+    printf("%-34s %zu values, %zu differ from f32_to_bf16\n", name, n, bad);
+    free(got);
+}
+
+/* store16_bf16 itself (the test's own compile), 16 at a time. */
+static void store16_array(uint16_t *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        store16_bf16(dst + i, load16(src + i));
+    }
+    for (; i < n; i++) {
+        dst[i] = f32_to_bf16(src[i]);
+    }
+}
+
+static void test_bf16_vectors(void) {
+    size_t n = (1u << 20) + 13; /* a tail that is not a whole vector */
+    float *x = bf16_inputs(n);
+    check_to_bf16("store16_bf16", store16_array, x, n);
+    check_to_bf16("matmul_f32_to_bf16 (dispatched)", matmul_f32_to_bf16, x, n);
+#if defined(LT_ISA_DISPATCH)
+    check_to_bf16("matmul_f32_to_bf16_base", matmul_f32_to_bf16_base, x, n);
+    if (isa_avx512()) {
+        check_to_bf16("matmul_f32_to_bf16_avx512", matmul_f32_to_bf16_avx512, x, n);
+    }
+#endif
+    free(x);
+}
+
+#if defined(LT_ISA_DISPATCH)
+static bool same_bits(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* ap: the plain causal case, or a sliding window and soft-capped scores
+ * (Gemma 2 / 3), whose tile skipping and tanh run in both variants too. */
+static void test_attention_variants(int B, int T, int H, int KVH, int D, int window, float softcap) {
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
+    size_t nq = (size_t)B * T * H * D;
+    size_t nk = (size_t)B * T * KVH * D;
+    size_t nl = (size_t)B * H * T;
+    float *q = rand_vec(nq, 1.5f);
+    float *k = rand_vec(nk, 1.5f);
+    float *v = rand_vec(nk, 1.0f);
+    float *dout = rand_vec(nq, 1.0f);
+    float *out[2];
+    float *lse[2];
+    float *dq[2];
+    float *dk[2];
+    float *dv[2];
+    float *ws = malloc(attention_workspace_floats(B, T, H, KVH, D) * sizeof(float));
+    for (int i = 0; i < 2; i++) {
+        out[i] = calloc(nq, sizeof(float));
+        lse[i] = calloc(nl, sizeof(float));
+        dq[i] = calloc(nq, sizeof(float));
+        dk[i] = calloc(nk, sizeof(float));
+        dv[i] = calloc(nk, sizeof(float));
+    }
+    attention_forward_base(out[0], lse[0], q, k, v, B, T, H, KVH, D, &ap);
+    attention_forward_avx512(out[1], lse[1], q, k, v, B, T, H, KVH, D, &ap);
+    attention_backward_base(dq[0], dk[0], dv[0], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
+    attention_backward_avx512(dq[1], dk[1], dv[1], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
+    bool fwd = same_bits(out[0], out[1], nq) && same_bits(lse[0], lse[1], nl);
+    bool bwd = same_bits(dq[0], dq[1], nq) && same_bits(dk[0], dk[1], nk) && same_bits(dv[0], dv[1], nk);
+    CHECK_MSG(fwd, "attention forward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
+              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(out[0], out[1], nq));
+    CHECK_MSG(bwd, "attention backward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
+              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(dq[0], dq[1], nq));
+    printf("attention B %d T %3d H %d KVH %d D %3d window %3d cap %4g: forward %s, backward %s\n", B, T, H, KVH,
+           D, window, softcap, fwd ? "same bits" : "DIFFERENT", bwd ? "same bits" : "DIFFERENT");
+    for (int i = 0; i < 2; i++) {
+        free(out[i]);
+        free(lse[i]);
+        free(dq[i]);
+        free(dk[i]);
+        free(dv[i]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(ws);
+}
+
+static void test_lmhead_variants(DType wtype, float softcap) {
+    int N = 37;
+    int C = 72;
+    int V = 301;
+    int chunk = 16;
+    float *inp = rand_vec((size_t)N * C, 1.0f);
+    float *w = rand_vec((size_t)V * C, 0.5f);
+    uint16_t *w16 = malloc((size_t)V * C * sizeof *w16);
+    for (size_t i = 0; i < (size_t)V * C; i++) {
+        w16[i] = f32_to_bf16(w[i]);
+    }
+    const void *weight = wtype == DTYPE_BF16 ? (const void *)w16 : (const void *)w;
+    int targets[37];
+    float rw[37];
+    for (int i = 0; i < N; i++) {
+        targets[i] = (int)(rand32() % (uint32_t)V);
+        rw[i] = i % 5 == 0 ? 0.0f : 1.0f / (float)N;
+    }
+    float *scratch = malloc(lmhead_scratch_floats(chunk, C, V) * sizeof(float));
+    static uint16_t bf16_scratch[64 * 1024];
+    matmul_set_scratch(bf16_scratch, sizeof bf16_scratch);
+    float *dinp[2];
+    float *row_loss[2];
+    double loss[2];
+    for (int i = 0; i < 2; i++) {
+        dinp[i] = calloc((size_t)N * C, sizeof(float));
+        row_loss[i] = calloc((size_t)N, sizeof(float));
+    }
+    FrozenWeight fw = fw_plain(weight, wtype, V, C, wtype);
+    loss[0] = lmhead_xent_base(dinp[0], row_loss[0], inp, &fw, targets, rw, scratch, softcap, chunk, N);
+    loss[1] = lmhead_xent_avx512(dinp[1], row_loss[1], inp, &fw, targets, rw, scratch, softcap, chunk, N);
+    bool same = loss[0] == loss[1] && same_bits(dinp[0], dinp[1], (size_t)N * C) &&
+                same_bits(row_loss[0], row_loss[1], (size_t)N);
+    CHECK_MSG(same, "lmhead_xent %s softcap %g: variants differ (loss %.17g vs %.17g)", dtype_name(wtype), softcap,
+              loss[0], loss[1]);
+    printf("lmhead_xent %-4s N %d C %d V %d softcap %g: %s\n", dtype_name(wtype), N, C, V, softcap,
+           same ? "same bits" : "DIFFERENT");
+    for (int i = 0; i < 2; i++) {
+        free(dinp[i]);
+        free(row_loss[i]);
+    }
+    free(inp);
+    free(w);
+    free(w16);
+    free(scratch);
+}
+#endif
+
+/* The choice under LMTUNE_NO_AVX512=1, from a child process. */
+static void test_switch(const char *self) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "LMTUNE_NO_AVX512=1 '%s' --describe", self);
+    FILE *p = popen(cmd, "r");
+    char line[256] = "";
+    CHECK(p && fgets(line, sizeof line, p));
+    if (p) {
+        CHECK(pclose(p) == 0);
+    }
+    printf("with LMTUNE_NO_AVX512=1: %s", line);
+#if defined(__x86_64__)
+    CHECK_MSG(strstr(line, "avx512 0 bf16 0") != NULL, "LMTUNE_NO_AVX512=1 left something on: %s", line);
+#endif
+#if defined(LT_ISA_DISPATCH)
+    CHECK_MSG(strstr(line, "disabled by LMTUNE_NO_AVX512") || strstr(line, "no AVX-512 on this CPU"), "%s", line);
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--describe")) {
+        printf("%s: avx512 %d bf16 %d\n", isa_describe(), isa_avx512(), matmul_bf16_supported());
+        return 0;
+    }
+    printf("kernels: %s; bf16 products: %s\n", isa_describe(), matmul_bf16_supported() ? "yes" : "no");
+    test_bf16_vectors();
+#if defined(LT_ISA_DISPATCH)
+    if (isa_avx512()) {
+        test_attention_variants(2, 100, 4, 2, 24, 0, 0.0f);
+        test_attention_variants(1, 128, 2, 2, 64, 0, 0.0f);
+        test_attention_variants(1, 70, 6, 3, 80, 0, 0.0f);
+        /* windows shorter than a tile and across tiles (tiles skipped), soft-capping, both */
+        test_attention_variants(1, 200, 4, 2, 64, 37, 0.0f);
+        test_attention_variants(2, 150, 2, 1, 24, 5, 0.0f);
+        test_attention_variants(1, 130, 4, 2, 32, 0, 2.5f);
+        test_attention_variants(1, 190, 2, 1, 256, 70, 3.0f);
+        test_lmhead_variants(DTYPE_F32, 0.0f);
+        test_lmhead_variants(DTYPE_F32, 4.0f);
+        if (matmul_bf16_supported()) {
+            test_lmhead_variants(DTYPE_BF16, 0.0f);
+            test_lmhead_variants(DTYPE_BF16, 4.0f);
+        }
+    } else {
+        printf("no AVX-512 variant runs here: the variants are not compared\n");
+    }
+#else
+    printf("a build without the start-up choice: one variant, nothing to compare\n");
+#endif
+    char self[1024];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(len > 0);
+    self[len > 0 ? len : 0] = 0;
+    test_switch(self);
+    return check_finish("kernels/isa");
+}
