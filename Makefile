@@ -64,7 +64,7 @@ LDFLAGS := -fopenmp $(SANFLAGS)
 
 LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
-TEST_SRC := $(shell find tests -name 'test_*.c' | sort)
+TEST_SRC := $(shell find tests -name 'test_*.c' -not -path '*/node_modules/*' | sort)
 TEST_SUPPORT := $(shell find tests -name '*.c' -not -name 'test_*.c' -not -path '*/fuzz/*' -not -path '*/node_modules/*' | sort)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -105,6 +105,10 @@ $(TEST_DEPS_STAMP): scripts/install-deps.sh $(NPM_LOCKS)
 	@scripts/install-deps.sh --test
 	@mkdir -p build && touch $@
 
+# ggml's reference conversions round each product on its own: no fused
+# multiply-add there (src/kernels/ggml_quants.c), or they are not bit-exact.
+$(BUILD)/src/kernels/ggml_quants.o: CFLAGS += -ffp-contract=off
+
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -139,6 +143,10 @@ $(BUILD)/bench/attn_window: bench/attn_window.c $(LIB)
 $(BUILD)/bench/decode_speed: bench/decode_speed.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/gguf_requant: bench/gguf_requant.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/frozen_product: bench/frozen_product.c $(LIB)
 	@mkdir -p $(dir $@)

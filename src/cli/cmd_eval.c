@@ -54,7 +54,7 @@ static int run_eval(EvalArgs *a) {
     if (a->threads > 0) omp_set_num_threads(a->threads);
 #endif
     Tokenizer *tok = NULL;
-    TRY(tokenizer_load(&tok, a->model));
+    TRY(model_tokenizer_load(&tok, a->model));
     DatasetOptions dopt;
     dataset_options_default(&dopt);
     dopt.mask_prompt = a->mask_prompt;

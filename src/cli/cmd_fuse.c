@@ -1,5 +1,7 @@
 /* cmd_fuse.c: `lmtune fuse`: merges an adapter into the base model (as
- * mlx_lm.fuse) and exports it as a PEFT adapter or a GGUF LoRA adapter. The
+ * mlx_lm.fuse), writes the fused model as one GGUF file for llama.cpp
+ * (--export-gguf, as mlx_lm.fuse), and exports the adapter itself for PEFT
+ * or as a GGUF LoRA adapter (--export-gguf-adapter). The
  * flags are an args table (cli/args.h), parsed, checked and listed by --help
  * as every command's. Temporary files a killed earlier run left in the
  * output folders are removed first. */
@@ -10,12 +12,17 @@
 #include "base/fileio.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "base/alloc.h"
+#include "kernels/ggml_quants.h"
 #include "model/fuse.h"
+#include "model/gguf_export.h"
+#include <string.h>
 
 typedef struct {
-    const char *model, *adapter_path, *save_path, *export_peft, *export_gguf;
+    const char *model, *adapter_path, *save_path, *export_peft, *export_gguf_adapter;
+    const char *gguf_path, *gguf_type;
     size_t max_shard_size;
-    bool no_fuse, dequantize;
+    bool no_fuse, export_gguf, dequantize;
     ArgResult parsed;
 } FuseArgs;
 
@@ -27,7 +34,15 @@ static const ArgSpec FUSE_SPECS[] = {
     {"max-shard-size", 0, ARG_SIZE, OFF(max_shard_size), "SIZE", "largest safetensors shard (5GB, 512MB, 2GiB)", NULL,
      ARG_AT_LEAST(1, "a positive size such as 5GB, 512MB or 2GiB")},
     {"export-peft", 0, ARG_STRING, OFF(export_peft), "DIR", "also write a PEFT adapter (adapter_model.safetensors, adapter_config.json)", NULL, ARG_UNBOUNDED},
-    {"export-gguf", 0, ARG_STRING, OFF(export_gguf), "FILE", "also write a GGUF LoRA adapter for llama.cpp (--lora FILE)", NULL, ARG_UNBOUNDED},
+    {"export-gguf", 0, ARG_BOOL, OFF(export_gguf), NULL,
+     "also write the fused model as one GGUF file for llama.cpp (at --gguf-path)", NULL, ARG_UNBOUNDED},
+    {"gguf-path", 0, ARG_STRING, OFF(gguf_path), "FILE",
+     "the fused GGUF model, relative to --save-path (default ggml-model-f16.gguf)", NULL, ARG_UNBOUNDED},
+    {"gguf-type", 0, ARG_CHOICE, OFF(gguf_type), "TYPE",
+     "matrices of the GGUF model: f16 (default), bf16, f32 or q8_0 (norms and biases stay f32)", "f16|bf16|f32|q8_0",
+     ARG_UNBOUNDED},
+    {"export-gguf-adapter", 0, ARG_STRING, OFF(export_gguf_adapter), "FILE",
+     "also write the adapter as a GGUF LoRA adapter for llama.cpp (--lora FILE)", NULL, ARG_UNBOUNDED},
     {"no-fuse", 0, ARG_BOOL, OFF(no_fuse), NULL, "only export; do not write the fused model", NULL, ARG_UNBOUNDED},
     {"dequantize", 0, ARG_BOOL, OFF(dequantize), NULL,
      "write a quantized base's fused model in full precision (default: quantized again with each module's bits)",
@@ -38,15 +53,22 @@ static const ArgTable FUSE_TABLE = {
     "fuse", "fuse --model DIR [--adapter-path DIR] [--save-path DIR] [flags]",
     FUSE_SPECS, sizeof FUSE_SPECS / sizeof FUSE_SPECS[0], false, NULL, NULL,
     "Merges a LoRA/DoRA adapter (or a full fine-tune) into the base weights, computed\n"
-    "in fp32 and stored in the base dtype, and writes a Hugging Face model directory.\n"
+    "in fp32 and stored in the base dtype, and writes a Hugging Face model directory;\n"
+    "with --export-gguf also the fused model as one GGUF file that llama.cpp runs.\n"
     "A quantized base's adapted modules are quantized again with their bits and group size.\n",
 };
 
 int cmd_fuse(int argc, char **argv) {
     FuseArgs a = {.model = "mlx_model", .adapter_path = "adapters", .save_path = "fused_model",
-                  .max_shard_size = 5000000000ull};
+                  .max_shard_size = 5000000000ull, .gguf_path = "ggml-model-f16.gguf", .gguf_type = "f16"};
     if (args_parse(&FUSE_TABLE, &a, argc, argv, &a.parsed) < 0) die_with_error();
     if (a.parsed.help) return 0;
+    if (a.export_gguf && a.no_fuse) {
+        error_set("--export-gguf writes the fused model: it cannot be combined with --no-fuse");
+        die_with_error();
+    }
+    /* a family without a GGUF form is refused before anything is written */
+    if ((a.export_gguf || a.export_gguf_adapter) && gguf_export_check(a.model) < 0) die_with_error();
     /* what a fuse or export killed inside a save left in its output folders */
     const char *outputs[2] = {a.no_fuse ? NULL : a.save_path, a.export_peft};
     for (int i = 0; i < 2; i++)
@@ -61,8 +83,19 @@ int cmd_fuse(int argc, char **argv) {
         printf("PEFT adapter saved to %s\n", a.export_peft);
     }
     if (a.export_gguf) {
-        if (export_gguf(a.model, a.adapter_path, a.export_gguf) < 0) die_with_error();
-        printf("GGUF adapter saved to %s\n", a.export_gguf);
+        /* mlx_lm.fuse: save_path / gguf_path (an absolute gguf_path stands alone) */
+        char *path = a.gguf_path[0] == '/' ? mem_strdup(a.gguf_path) : path_join(a.save_path, a.gguf_path);
+        int type = !strcmp(a.gguf_type, "f32") ? GGML_TYPE_F32
+                   : !strcmp(a.gguf_type, "bf16") ? GGML_TYPE_BF16
+                   : !strcmp(a.gguf_type, "q8_0") ? GGML_TYPE_Q8_0
+                   : GGML_TYPE_F16;
+        if (!path || gguf_export_model(a.save_path, path, type) < 0) die_with_error();
+        printf("GGUF model saved to %s\n", path);
+        mem_free(path);
+    }
+    if (a.export_gguf_adapter) {
+        if (gguf_export_adapter(a.model, a.adapter_path, a.export_gguf_adapter) < 0) die_with_error();
+        printf("GGUF adapter saved to %s\n", a.export_gguf_adapter);
     }
     return 0;
 }

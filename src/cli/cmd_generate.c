@@ -112,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
     if (!strcmp(prompt, "-")) { prompt_owned = read_stdin(); if (!prompt_owned) die_with_error(); prompt = prompt_owned; }
 
     Tokenizer *tok;
-    if (tokenizer_load(&tok, model_dir) < 0) die_with_error();
+    if (model_tokenizer_load(&tok, model_dir) < 0) die_with_error();
     char *text = a.ignore_chat_template ? NULL : chat_prompt(tok, a.chat_template, a.system_prompt, prompt);
     int32_t *ids; size_t n_ids;
     if (tokenizer_encode(tok, text ? text : prompt, strlen(text ? text : prompt), text == NULL, &ids, &n_ids) < 0) die_with_error();

@@ -5,6 +5,7 @@
  * status: 0, 1 on an error, 128 + signal when SIGINT/SIGTERM stopped the
  * run (after the adapters and the full state were saved). */
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,33 +36,66 @@
 
 /* Parameter count of the whole model (MLX-LM's total includes the adapters). */
 
-/* An identity of the base weights for the resume fingerprint, so a training
- * state is refused on another base model of the same shape: FNV-1a over
- * each *.safetensors file's name, size and 64 samples of 64 bytes spread
+/* FNV-1a over a weights file's name, size and 64 samples of 64 bytes spread
  * over it (a few pages read, whatever the model size). */
-static uint64_t base_weights_id(const char *model_dir) {
+static int file_identity(const char *path, const char *name, uint64_t *out) {
+    MappedFile m;
+    TRY(file_map(&m, path));
+    uint64_t f = 1469598103934665603ull;
+    const unsigned char *parts[2] = {(const unsigned char *)name, (const unsigned char *)&m.size};
+    size_t lens[2] = {strlen(name), sizeof m.size};
+    for (int p = 0; p < 2; p++) {
+        for (size_t k = 0; k < lens[p]; k++) {
+            f ^= parts[p][k];
+            f *= 1099511628211ull;
+        }
+    }
+    for (size_t i = 0; m.size >= 64 && i < 64; i++) {
+        const unsigned char *sample = (const unsigned char *)m.data + (m.size - 64) / 63 * i;
+        for (size_t k = 0; k < 64; k++) {
+            f ^= sample[k];
+            f *= 1099511628211ull;
+        }
+    }
+    file_unmap(&m);
+    *out = f;
+    return 0;
+}
+
+/* An identity of the base weights for the resume fingerprint, so a training
+ * state is refused on another base model of the same shape: the identities
+ * of every *.safetensors file of the directory, combined independently of
+ * readdir's order, or of the one file given (a GGUF base). A file that
+ * cannot be read is an error: an identity without it would let --resume take
+ * the state of another model. */
+static int base_weights_id(const char *model, uint64_t *out) {
     uint64_t h = 1469598103934665603ull;
-    DIR *d = opendir(model_dir);
-    if (!d) return h;
+    DIR *d = opendir(model);
+    if (!d && errno == ENOTDIR) {
+        const char *slash = strrchr(model, '/');
+        TRY(file_identity(model, slash ? slash + 1 : model, &h));
+        *out = h;
+        return 0;
+    }
+    if (!d) return error_set("%s: cannot open: %s", model, strerror(errno));
     for (struct dirent *e; (e = readdir(d));) {
         size_t len = strlen(e->d_name);
         if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors")) continue;
-        char *path = path_join(model_dir, e->d_name);
-        MappedFile m;
-        if (!path || file_map(&m, path) < 0) { mem_free(path); error_clear(); continue; }
-        uint64_t f = 1469598103934665603ull;
-#define FNV_ADD(p, n) do { for (size_t k_ = 0; k_ < (n); k_++) { f ^= ((const unsigned char *)(p))[k_]; f *= 1099511628211ull; } } while (0)
-        FNV_ADD(e->d_name, len);
-        FNV_ADD(&m.size, sizeof m.size);
-        for (size_t i = 0; m.size >= 64 && i < 64; i++) FNV_ADD(m.data + (m.size - 64) / 63 * i, 64);
-#undef FNV_ADD
-        h ^= f;   /* order-independent: readdir's order is not fixed */
-        file_unmap(&m);
+        char *path = path_join(model, e->d_name);
+        uint64_t f;
+        int rc = path ? file_identity(path, e->d_name, &f) : -1;
         mem_free(path);
+        if (rc < 0) {
+            closedir(d);
+            return -1;
+        }
+        h ^= f;
     }
     closedir(d);
-    return h;
+    *out = h;
+    return 0;
 }
+
 static double base_parameters(const ModelConfig *c) {
     double C = c->hidden_size, F = c->intermediate_size, D = c->head_dim, H = c->num_attention_heads,
            KV = c->num_key_value_heads, V = c->vocab_size;
@@ -268,13 +302,15 @@ static int run_train(Run *r, int *exit_code) {
     tc.adapter_path = a->adapter_path;
     tc.metrics_file = a->metrics_file;
     tc.resume = a->resume;
+    uint64_t weights_id = 0;
+    TRY(base_weights_id(a->model, &weights_id));
     char fingerprint[512];
     snprintf(fingerprint, sizeof fingerprint,
              "%s L%d C%d F%d H%d KV%d D%d V%d weights %016llx | %s layers %d rank %d keys %x | data %zu B%d A%d world %d "
              "seed %llu %s",
              cfg->model_type, cfg->num_hidden_layers, cfg->hidden_size, cfg->intermediate_size,
              cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, cfg->vocab_size,
-             (unsigned long long)base_weights_id(a->model), a->fine_tune_type, spec.num_layers, spec.lora_rank,
+             (unsigned long long)weights_id, a->fine_tune_type, spec.num_layers, spec.lora_rank,
              spec.lora_keys, r->d.train.n, a->batch_size,
              a->grad_accumulation_steps, world, (unsigned long long)a->seed, a->loss_normalization);
     tc.fingerprint = fingerprint;

@@ -7,12 +7,8 @@
 
 int run_data_load(RunData *d, const TrainArgs *a, int world) {
     memset(d, 0, sizeof *d);
-    char *cfg_path = path_join(a->model, "config.json");
-    TRY_PTR(cfg_path);
-    int rc = hf_config_load(&d->cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
-    TRY(tokenizer_load(&d->tok, a->model));
+    TRY(model_config_load(a->model, &d->cfg));
+    TRY(model_tokenizer_load(&d->tok, a->model));
     DatasetOptions o;
     dataset_options_default(&o);
     o.mask_prompt = a->mask_prompt;

@@ -102,6 +102,7 @@ static json_t *flags_json(const TrainArgs *a) {
 
 static json_t *data_set_json(const char *split, const Dataset *d, const TrainArgs *a) {
     double pad = batch_padding_share(d, a->batch_size, a->max_seq_length, true);
+    if (pad < 0) return NULL;   /* out of memory (the error is set) */
     return json_pack("{s:s, s:s, s:I, s:I, s:o}", "split", split, "format", dataset_format_name(d->format),
                      "examples", (json_int_t)d->n, "tokens", (json_int_t)d->n_tokens, "padding_share",
                      isfinite(pad) ? json_real(pad) : json_null());
@@ -135,7 +136,11 @@ static json_t *record_json(const RunRecord *r) {
     json_object_set_new(j, "version", json_integer(1));
     json_object_set_new(j, "time", json_real(time_unix()));
     json_t *cmd = command_json(r->argc, r->argv);
-    if (cmd) json_object_set_new(j, "command", cmd);
+    if (!cmd) {   /* the command line's copy failed (the error is set): no record without it */
+        json_decref(j);
+        return NULL;
+    }
+    json_object_set_new(j, "command", cmd);
     json_object_set_new(j, "model", json_string(a->model));
     json_object_set_new(j, "model_type", json_string(c->model_type));
     json_object_set_new(j, "num_hidden_layers", json_integer(c->num_hidden_layers));
@@ -161,9 +166,21 @@ static json_t *record_json(const RunRecord *r) {
     json_object_set_new(j, "threads", json_integer(r->threads));
     json_object_set_new(j, "data", json_string(a->data));
     json_t *sets = json_array();
-    json_array_append_new(sets, data_set_json("train", &r->data->train, a));
-    if (r->data->have_valid) json_array_append_new(sets, data_set_json("valid", &r->data->valid, a));
-    if (r->data->have_test) json_array_append_new(sets, data_set_json("test", &r->data->test, a));
+    const struct { const char *split; const Dataset *d; bool have; } splits[3] = {
+        {"train", &r->data->train, true},
+        {"valid", &r->data->valid, r->data->have_valid},
+        {"test", &r->data->test, r->data->have_test},
+    };
+    for (int k = 0; k < 3; k++) {
+        if (!splits[k].have) continue;
+        json_t *set = data_set_json(splits[k].split, splits[k].d, a);
+        if (!set) {
+            json_decref(sets);
+            json_decref(j);
+            return NULL;
+        }
+        json_array_append_new(sets, set);
+    }
     json_object_set_new(j, "data_sets", sets);
     json_object_set_new(j, "flags", flags_json(a));
     json_t *classes = json_array();
@@ -179,7 +196,8 @@ static json_t *record_json(const RunRecord *r) {
 
 int run_record_write(const char *dir, const RunRecord *r) {
     json_t *j = record_json(r);
-    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    if (!j) return error_prefix("%s/%s", dir, RUN_RECORD_FILE);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     json_decref(j);
     if (!text) return error_set("%s/%s: out of memory", dir, RUN_RECORD_FILE);
     char *path = path_join(dir, RUN_RECORD_FILE);

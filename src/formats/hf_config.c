@@ -734,6 +734,11 @@ int hf_config_write(const ModelConfig *c, const char *path) {
     emit(&t, "  \"rms_norm_eps\": %s,\n", num);
     fmt_double(num, sizeof num, c->rope_theta);
     emit(&t, "  \"rope_theta\": %s,\n", num);
+    if (c->rope_scaling.type == ROPE_SCALING_FACTORS) {
+        /* a GGUF's rope_freqs: config.json has no way to say it */
+        mem_free(t.s);
+        return error_set("%s: the RoPE frequency factors of a GGUF model have no config.json form", path);
+    }
     emit_scaling(&t, "rope_scaling", &c->rope_scaling, c);
     emit(&t, "  \"tie_word_embeddings\": %s,\n", c->tie_word_embeddings ? "true" : "false");
     if (fam != F_PHI3) emit(&t, "  \"attention_bias\": %s,\n", c->attention_bias ? "true" : "false");

@@ -6,6 +6,7 @@
  * dequant.h; this file only dispatches and tiles. */
 #include "kernels/frozen_weight.h"
 #include "kernels/dequant.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/matmul.h"
 #include "base/error.h"
 #include <string.h>
@@ -45,7 +46,22 @@ FrozenWeight fw_affine(const void *packed, const void *scales, const void *biase
     w.group = group;
     w.scales = scales;
     w.biases = biases;
-    w.compute = dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    w.compute = matmul_weight_dtype(dtype);   /* bf16 panels only where oneDNN has bf16 products */
+    return w;
+}
+
+FrozenWeight fw_ggml(const void *data, int type, int rows, int cols, const int32_t *row_map, DType compute) {
+    FrozenWeight w = {0};
+    w.fmt = FW_GGML;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data;
+    w.row_bytes = ggml_row_bytes(type, cols);
+    w.dtype = DTYPE_F32;
+    w.group = ggml_block_size(type);
+    w.aux = type;
+    w.row_map = row_map;
+    w.compute = compute;
     return w;
 }
 
@@ -57,7 +73,7 @@ size_t fw_storage_bytes(const FrozenWeight *w) {
     return codes + 2 * (size_t)w->rows * (size_t)(w->cols / w->group) * esize_of(w->dtype);
 }
 
-int fw_col_align(const FrozenWeight *w) { return w->fmt == FW_AFFINE ? w->group : 1; }
+int fw_col_align(const FrozenWeight *w) { return w->fmt == FW_AFFINE || w->fmt == FW_GGML ? w->group : 1; }
 
 static void plain_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
     size_t es = esize_of(w->dtype), eo = esize_of(out);
@@ -80,6 +96,15 @@ void fw_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, DType out,
     case FW_AFFINE:
         affine_expand(w->data, w->row_bytes, w->scales, w->biases, w->dtype, w->bits, w->group, w->cols,
                       r0, nr, c0, nc, out, dst, ld);
+        return;
+    case FW_GGML:
+        if (!w->row_map) {
+            ggml_expand(w->aux, w->data, w->row_bytes, r0, nr, c0, nc, out, dst, ld);
+            return;
+        }
+        for (int r = 0; r < nr; r++)
+            ggml_expand(w->aux, w->data, w->row_bytes, w->row_map[r0 + r], 1, c0, nc, out,
+                        (char *)dst + (size_t)r * ld * esize_of(out), ld);
         return;
     default:
         die("frozen_weight.c: fw_expand: format %d has no expansion kernel", (int)w->fmt);

@@ -56,7 +56,7 @@
 typedef enum {
     FW_PLAIN = 0,   /* row-major (rows, cols) elements of `dtype`: F32, BF16 or F16 */
     FW_AFFINE,      /* MLX affine: code q of `bits` bits, w = scale * q + bias per group */
-    FW_GGML,        /* reserved for ggml block types (aux = ggml type id) */
+    FW_GGML,        /* ggml's types as a GGUF file stores them (aux = ggml type id, group = block length) */
     FW_FORMAT_COUNT
 } FwFormat;
 
@@ -71,6 +71,7 @@ typedef struct {
     const void *scales;     /* AFFINE: (rows, cols / group) of dtype */
     const void *biases;     /* AFFINE: (rows, cols / group) of dtype */
     int aux;                /* GGML: block type id */
+    const int32_t *row_map; /* GGML: the stored row of each logical row (a GGUF's permuted q/k), or NULL */
     DType compute;          /* F32 or BF16: type of expanded panels and of the product's operands */
 } FrozenWeight;
 
@@ -81,6 +82,11 @@ FrozenWeight fw_plain(const void *data, DType dtype, int rows, int cols, DType c
  * BF16 (the dequantized values are bf16 numbers), else F32. */
 FrozenWeight fw_affine(const void *packed, const void *scales, const void *biases, DType dtype,
                        int bits, int group, int rows, int cols);
+/* A (rows, cols) matrix of ggml type `type` (any of base/ggml_types.h,
+ * F32/F16/BF16 included) as a GGUF file stores it: row r at data + r *
+ * ggml_row_bytes(type, cols), or at stored row row_map[r] when row_map is
+ * given. Products expand panels of type compute (F32 or BF16). */
+FrozenWeight fw_ggml(const void *data, int type, int rows, int cols, const int32_t *row_map, DType compute);
 /* True when products multiply the stored elements directly (no panels). */
 bool fw_is_direct(const FrozenWeight *w);
 /* Bytes of storage: codes plus scales and biases. */

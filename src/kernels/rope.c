@@ -34,6 +34,8 @@ void rope_tables(float *cos_t, float *sin_t, int T, int rd, double theta, const 
         if (type == ROPE_SCALING_LLAMA3) inv_freq = llama3_inv_freq(inv_freq, scaling);
         if (type == ROPE_SCALING_LONGROPE)
             inv_freq /= long_factors ? scaling->long_factor[i] : scaling->short_factor[i];
+        if (type == ROPE_SCALING_FACTORS && i < scaling->n_factors)
+            inv_freq /= scaling->factors[i];
         for (int t = 0; t < T; t++) {
             double angle = (double)t * position_scale * inv_freq;
             cos_t[(size_t)t * half + i] = (float)(cos(angle) * amplitude);

@@ -73,11 +73,7 @@ out:
 int model_open_inference(Model **out, Arena *arena, const char *model_dir, const char *adapter_dir,
                          int rows, int tokens, int kv_tokens) {
     ModelConfig cfg;
-    char *cfg_path = path_join(model_dir, "config.json");
-    if (!cfg_path) return -1;
-    int rc = hf_config_load(&cfg, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
+    TRY(model_config_load(model_dir, &cfg));
     ModelSpec spec = {0};
     spec.type = TUNE_NONE;
     spec.num_layers = -1;

@@ -1,5 +1,5 @@
 /* fuse.c: merging an adapter into the base weights and exporting it to PEFT
- * and GGUF (see fuse.h). MLX-LM's LoRA: y = W x + scale * (x A) B with
+ * (see fuse.h; the GGUF exports are gguf_export.c). MLX-LM's LoRA: y = W x + scale * (x A) B with
  * A (in, r), B (r, out), so the merged weight is W' = W + scale * B^T A^T
  * (out, in); DoRA then rescales row o by m[o] / ||W'[o, :]||. Names follow
  * the model's config: weights "<prefix>layers.N.<key>.weight", adapters
@@ -10,7 +10,6 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
-#include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/model_tensors.h"
 #include "formats/mlx_quant.h"
@@ -22,10 +21,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* llama.cpp's tensor names; phi3 keeps its fused gate_up as ffn_up */
-static const char *const GGUF_NAMES[PROJ_COUNT] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_qkv", "ffn_up"};
 
 /* The model's config (prefixes), with the weight prefix of its files. */
 static int load_model_config(ModelConfig *mc, const char *model_dir, const StModel *st) {
@@ -565,59 +560,6 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     rc = 0;
 out:
     mem_free(wt); mem_free(names);
-    mem_free(mc);
-    free_pairs(pairs, n);
-    st_close(&ad);
-    return rc;
-}
-
-/* llama.cpp's architecture name of a family. */
-static const char *gguf_arch(const char *model_type) {
-    static const char *const map[][2] = {
-        {"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"gemma2", "gemma2"}, {"gemma3_text", "gemma3"},
-        {"gemma3", "gemma3"}, {"phi3", "phi3"}, {"smollm3", "smollm3"},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(model_type, map[i][0])) return map[i][1];
-    return "llama";
-}
-
-int export_gguf(const char *model_dir, const char *adapter_dir, const char *out_path) {
-    AdapterConfig ac;
-    StFile ad = {0};
-    LoraPair *pairs = NULL; size_t n = 0; unsigned mask;
-    GgufTensor *ts = NULL; char (*names)[96] = NULL;
-    int rc = -1;
-    ModelConfig *mc = mem_alloc(sizeof *mc);
-    if (!mc) return -1;
-    if (load_model_config(mc, model_dir, NULL) < 0 || open_adapter(adapter_dir, &ac, &ad) < 0) {
-        mem_free(mc);
-        return -1;
-    }
-    if (ac.type == TUNE_DORA) { error_set("%s: GGUF LoRA adapters cannot carry DoRA magnitudes; use lmtune fuse instead", adapter_dir); goto out; }
-    if (collect_pairs(&ad, &ac, mc, &pairs, &n, &mask) < 0) goto out;
-    ts = mem_calloc(2 * n + 1, sizeof *ts);
-    names = mem_calloc(2 * n + 1, sizeof *names);
-    if (!ts || !names) goto out;
-    for (size_t i = 0; i < n; i++) {
-        const LoraPair *p = &pairs[i];
-        snprintf(names[2 * i], sizeof names[0], "blk.%d.%s.weight.lora_a", p->layer, GGUF_NAMES[p->proj]);
-        snprintf(names[2 * i + 1], sizeof names[0], "blk.%d.%s.weight.lora_b", p->layer, GGUF_NAMES[p->proj]);
-        /* ggml order: a.ne = [n_in, r] (memory = A^T (r, in)); b.ne = [r, n_out] (memory = B^T (out, r)). */
-        ts[2 * i] = (GgufTensor){names[2 * i], 2, {(uint64_t)p->in, (uint64_t)ac.rank}, p->a_t};
-        ts[2 * i + 1] = (GgufTensor){names[2 * i + 1], 2, {(uint64_t)ac.rank, (uint64_t)p->out}, p->b_t};
-    }
-    const char *arch = gguf_arch(mc->model_type);
-    GgufKV kvs[] = {
-        {.key = "general.architecture", .type = GGUF_TYPE_STRING, .str = arch},
-        {.key = "general.type", .type = GGUF_TYPE_STRING, .str = "adapter"},
-        {.key = "adapter.type", .type = GGUF_TYPE_STRING, .str = "lora"},
-        {.key = "adapter.lora.alpha", .type = GGUF_TYPE_FLOAT32, .f32 = ac.scale * ac.rank},
-        {.key = "general.alignment", .type = GGUF_TYPE_UINT32, .u32 = GGUF_DEFAULT_ALIGNMENT},
-    };
-    rc = gguf_write(out_path, kvs, sizeof kvs / sizeof kvs[0], ts, 2 * n);
-out:
-    mem_free(ts); mem_free(names);
     mem_free(mc);
     free_pairs(pairs, n);
     st_close(&ad);

@@ -1,6 +1,6 @@
 /* fuse.h: what happens to an adapter after training: merged into the base
  * weights (`lmtune fuse`), or exported for other tools (a PEFT adapter
- * directory, a GGUF LoRA adapter for llama.cpp). Works on the files alone:
+ * directory; GGUF: model/gguf_export.h). Works on the files alone:
  * the base model's safetensors, the adapter's adapters.safetensors and
  * adapter_config.json (MLX-LM's format). */
 #ifndef LT_FUSE_H
@@ -34,6 +34,4 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
                bool dequantize);
 /* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json. */
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir);
-/* GGUF LoRA adapter (general.type adapter, blk.N.attn_q.weight.lora_a ...). */
-int export_gguf(const char *model_dir, const char *adapter_dir, const char *out_path);
 #endif

@@ -96,6 +96,7 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
 typedef struct {
     DType file_dtype;       /* plain matrices' dtype; the scales' dtype when quantized */
     bool quantized;         /* some matrix is MLX-quantized: every matrix is used as stored */
+    bool gguf;              /* a GGUF file: every matrix used as stored, products in --weights-dtype */
     bool bf16_compute;      /* some frozen product runs in bf16 */
     int panel_cols;         /* widest matrix whose products expand panels (0: none) */
     int bits_min, bits_max; /* of the quantized matrices */
@@ -120,6 +121,19 @@ int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, 
  * "phi-4-mini", "smollm3-3b", "tiny". The caller may then override
  * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
+/* A GGUF file as the base model (`--model FILE.gguf`, model_gguf.c): a path
+ * ending in .gguf that is not a directory. */
+bool model_is_gguf(const char *model);
+/* config.json of a model directory, or a GGUF file's metadata. */
+int model_config_load(const char *model, ModelConfig *cfg);
+/* The model's tokenizer: DIR's tokenizer.json; for a GGUF file the
+ * tokenizer.json beside it, else its metadata. */
+struct Tokenizer;
+int model_tokenizer_load(struct Tokenizer **out, const char *model);
+/* The WeightsSummary of a GGUF file (every matrix used as stored, products
+ * in `compute`: F32, or BF16 with --weights-dtype bf16); checks every tensor. */
+int gguf_model_summary(const char *model, const ModelConfig *cfg, DType compute, WeightsSummary *ws);
+
 /* Testing hook: DoRA's row norms are a stop-gradient, so finite differences
  * of the loss only match the gradients with the norms held fixed. While
  * frozen, the norms of the last step are reused instead of recomputed. */

@@ -17,6 +17,7 @@
 #include "kernels/frozen_weight.h"
 #include "kernels/ops.h"   /* AttnParams */
 #include <stdio.h>
+#include "formats/gguf_arch.h"
 
 /* Dimensions of a run (maxima over the micro-batches the spec allows). */
 typedef struct {
@@ -133,6 +134,10 @@ struct Model {
     bool st_open;
     Arena *arena;
 
+    GgufFile gg;              /* a GGUF base (--model FILE.gguf) */
+    bool gguf;
+    const GgufArch *gg_arch;
+    int32_t *q_map, *k_map;   /* GGUF q/k: stored row of each Hugging Face row (heap), or NULL */
     FrozenWeight embed;       /* (V, C) */
     float embed_scale;        /* gemma: sqrt(C) in the table's dtype; 0: none */
     FrozenWeight lm_head;     /* (V, C): embed when tied (MLX's QuantizedEmbedding.as_linear) */
@@ -191,6 +196,17 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
                  FrozenWeight *out, bool *quantized);
 int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
 void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
+
+/* model_gguf.c: a GGUF file as the base (see model.h for the public half). */
+int gguf_row_maps(const ModelConfig *cfg, const GgufArch *a, int32_t **q_map, int32_t **k_map);
+int gguf_weights_view(const GgufFile *g, const GgufArch *a, const char *module, int rows, int cols,
+                      const int32_t *row_map, DType compute, FrozenWeight *out);
+int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig *cfg, DType compute,
+                         WeightsSummary *ws);
+/* rows x cols floats of the HF tensor hf_name (rows read through row_map
+ * when given; a vector's elements are its rows). */
+int gguf_tensor_f32(const GgufFile *g, const GgufArch *a, const char *hf_name, const int32_t *row_map,
+                    int64_t rows, int64_t cols, float *dst);
 
 /* The one layout walk: fills m's pointers (allocation mode) or only records
  * (planning mode, m may be a scratch Model). m->d must be set. */

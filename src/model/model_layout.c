@@ -117,6 +117,9 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
         d->panel_cols = 0;
         return 0;
     }
+    if (spec->type == TUNE_FULL && ws->gguf)
+        return error_set("--fine-tune-type full: a GGUF base's matrices are used as the file stores them; use lora "
+                         "or dora, or a Hugging Face model directory");
     if (spec->type == TUNE_FULL)
         return error_set("--fine-tune-type full: the model is quantized and its packed weights cannot be trained "
                          "(MLX-LM would train only the norms and biases); use lora or dora, or a full-precision "
@@ -126,6 +129,11 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
     d->run_dtype = d->file_dtype;
     d->bf16_compute = ws->bf16_compute;
     d->panel_cols = ws->panel_cols;
+    if (ws->gguf) {
+        /* a GGUF's blocks expand to the compute type the run asks for */
+        d->run_dtype = spec->weight_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+        d->bf16_compute = d->run_dtype == DTYPE_BF16;
+    }
     return 0;
 }
 
@@ -697,8 +705,12 @@ static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *c
         snprintf(nm, sizeof nm, "%s (mapped file)", cfg->head_name);
         TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->lm_head_bytes, false));
     }
-    snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)", cfg->num_hidden_layers,
-             bits, dtype_name(ws->file_dtype));
+    if (ws->gguf)
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped GGUF file, %s per weight with scales)",
+                 cfg->num_hidden_layers, bits);
+    else
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s codes + %s scales/biases)",
+                 cfg->num_hidden_layers, bits, dtype_name(ws->file_dtype));
     return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
 }
 

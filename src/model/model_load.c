@@ -32,6 +32,9 @@ void model_zero_grad(Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     if (m->st_open) st_model_close(&m->st);
+    if (m->gguf) gguf_close(&m->gg);
+    mem_free(m->q_map);
+    mem_free(m->k_map);
     quant_config_free(&m->qc);
     mem_free(m->blocks);
     mem_free(m->attn);
@@ -72,7 +75,15 @@ static int tensor_2d(Model *m, const char *name, int64_t rows, int64_t cols, con
     return 0;
 }
 
+/* A GGUF q/k projection or bias reads its rows through the row map. */
+static const int32_t *gguf_map(const Model *m, const char *name) {
+    if (strstr(name, ".self_attn.q_proj")) return m->q_map;
+    if (strstr(name, ".self_attn.k_proj")) return m->k_map;
+    return NULL;
+}
+
 static int load_small(Model *m, const char *name, int64_t n, float *dst) {
+    if (m->gguf) return dst ? gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst) : 0;
     const StTensor *t;
     TRY(tensor_1d(m, name, n, &t));
     if (dst) dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
@@ -84,6 +95,12 @@ static int load_small(Model *m, const char *name, int64_t n, float *dst) {
  * plain one it is converted into the arena (fw->data set by the layout
  * walk) or used in place. */
 static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenWeight *fw) {
+    if (m->gguf) {
+        FrozenWeight v;
+        TRY(gguf_weights_view(&m->gg, m->gg_arch, module, rows, cols, gguf_map(m, module), m->d.run_dtype, &v));
+        if (fw) *fw = v;
+        return 0;
+    }
     if (m->d.quantized) {
         FrozenWeight v;
         bool q;
@@ -101,7 +118,7 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
         convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
         *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *fw = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+        *fw = fw_plain(t->data, t->dtype, rows, cols, matmul_weight_dtype(t->dtype));
     }
     return 0;
 }
@@ -183,12 +200,54 @@ static void dora_base_norms(Model *m) {
     }
 }
 
+/* The per-layer arrays (blocks, attention parameters, KV cache offsets). */
+static int alloc_layer_arrays(Model *m) {
+    size_t L = (size_t)m->d.L;
+    m->blocks = mem_calloc(L, sizeof *m->blocks);
+    m->attn = mem_calloc(L, sizeof *m->attn);
+    m->kv_off = mem_calloc(L, sizeof *m->kv_off);
+    m->kv_len = mem_calloc(L, sizeof *m->kv_len);
+    if (!m->blocks || !m->attn || !m->kv_off || !m->kv_len) return -1;
+    return 0;
+}
+
+/* model_load for a GGUF file: config and tensors checked from the file,
+ * matrices as views of its blocks, q/k rows through the row maps. */
+static int load_gguf(Model *m, const char *path, const ModelSpec *spec) {
+    TRY(gguf_open(&m->gg, path));
+    m->gguf = true;
+    TRY(gguf_model_config(&m->gg, &m->cfg));
+    m->gg_arch = gguf_arch_for(m->cfg.model_type);
+    if (!m->gg_arch) return -1;
+    TRY(gguf_check_model_tensors(&m->gg, m->gg_arch, &m->cfg));
+    TRY(gguf_row_maps(&m->cfg, m->gg_arch, &m->q_map, &m->k_map));
+    WeightsSummary ws;
+    TRY(gguf_weights_summary(&m->gg, m->gg_arch, &m->cfg, DTYPE_F32, &ws));
+    TRY(dims_init(&m->d, &m->cfg, spec, ws.file_dtype));
+    TRY(dims_apply_summary(&m->d, spec, &ws));
+    TRY(alloc_layer_arrays(m));
+    attention_params(m);
+    TRY(load_weights(m, true));
+    Carver cv = {m->arena, NULL};
+    TRY(layout_walk(m, spec, &cv));
+    TRY(load_weights(m, false));
+    fixed_tables(m);
+    model_bind_scratch(m);
+    dora_base_norms(m);
+    return 0;
+}
+
 int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena *arena) {
     *out = NULL;
     Model *m = mem_calloc(1, sizeof *m);
     if (!m) return -1;
     m->spec = *spec;
     m->arena = arena;
+    if (model_is_gguf(model_dir)) {
+        if (load_gguf(m, model_dir, spec) < 0) goto fail;
+        *out = m;
+        return 0;
+    }
     char *cfg_path = path_join(model_dir, "config.json");
     if (!cfg_path) goto fail;
     int rc = hf_config_load(&m->cfg, cfg_path);
@@ -207,12 +266,7 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;
     if (dims_init(&m->d, &m->cfg, spec, ws.file_dtype) < 0) goto fail;
     if (dims_apply_summary(&m->d, spec, &ws) < 0) goto fail;
-    size_t L = (size_t)m->d.L;
-    m->blocks = mem_calloc(L, sizeof *m->blocks);
-    m->attn = mem_calloc(L, sizeof *m->attn);
-    m->kv_off = mem_calloc(L, sizeof *m->kv_off);
-    m->kv_len = mem_calloc(L, sizeof *m->kv_len);
-    if (!m->blocks || !m->attn || !m->kv_off || !m->kv_len) goto fail;
+    if (alloc_layer_arrays(m) < 0) goto fail;
     attention_params(m);
     if (model_check_tensors_quant(&m->cfg, &m->st, &m->qc) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "kernels/matmul.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -45,7 +46,7 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
     int64_t shape[2] = {rows, cols};
     const StTensor *t;
     TRY(st_model_expect(st, name, 2, shape, &t));
-    *out = fw_plain(t->data, t->dtype, rows, cols, t->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
+    *out = fw_plain(t->data, t->dtype, rows, cols, matmul_weight_dtype(t->dtype));
     return 0;
 }
 
@@ -86,6 +87,7 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
 }
 
 int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws) {
+    if (model_is_gguf(model_dir)) return gguf_model_summary(model_dir, cfg, DTYPE_F32, ws);
     char *cfg_path = path_join(model_dir, "config.json");
     TRY_PTR(cfg_path);
     QuantConfig qc;

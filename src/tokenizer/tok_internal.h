@@ -5,6 +5,7 @@
 #ifndef LT_TOK_INTERNAL_H
 #define LT_TOK_INTERNAL_H
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -114,6 +115,7 @@ typedef struct PreTokenizer {
     PreKind kind;
     TokRegex regex;            /* Split, ByteLevel with use_regex */
     bool has_regex;
+    char *pattern;             /* the regex's source (Split, ByteLevel with use_regex): GGUF's pre-tokenizer name */
     SplitBehavior behavior;
     bool invert;
     bool add_prefix_space;     /* ByteLevel, Metaspace */
@@ -197,6 +199,11 @@ struct Tokenizer {
     bool add_bos_token, add_eos_token;
     BpeCache *cache;
 };
+
+/* tok_load.c: a tokenizer from a tokenizer.json document and (or NULL) a
+ * tokenizer_config.json document, both borrowed; name stands for the file
+ * in errors. */
+int tokenizer_from_json(Tokenizer **out, json_t *tokenizer, json_t *config, const char *name);
 
 /* tok_bpe.c */
 int bpe_cache_create(BpeCache **out);

@@ -166,7 +166,8 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
         snprintf(sub, sizeof sub, "%s: %s.pattern", c->path, where);
         TRY(tok_regex_compile(&p->regex, pat, !is_regex, sub));
         p->has_regex = true;
-        return 0;
+        p->pattern = mem_strdup(pat);
+        return p->pattern ? 0 : -1;
     }
     if (!strcmp(type, "ByteLevel")) {
         bool use_regex = true;
@@ -177,6 +178,8 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
             snprintf(sub, sizeof sub, "%s: %s (GPT-2 regex)", c->path, where);
             TRY(tok_regex_compile(&p->regex, GPT2_REGEX, false, sub));
             p->has_regex = true;
+            p->pattern = mem_strdup(GPT2_REGEX);
+            if (!p->pattern) return -1;
         }
         return 0;
     }
@@ -524,9 +527,8 @@ static int parse_config(const Ctx *c, json_t *root) {
 }
 
 /* ------------------------------------------------------------------ load */
-static int load_json_tokenizer(Tokenizer *t, const char *path) {
-    json_t *root = load_json(path, 0);
-    if (!root) return -1;
+/* Parses a tokenizer.json document (root: borrowed; `path` names it in errors). */
+static int parse_tokenizer_root(Tokenizer *t, json_t *root, const char *path) {
     Ctx c = { path, t };
     int rc = parse_model(&c, root);
     json_t *j;
@@ -543,7 +545,6 @@ static int load_json_tokenizer(Tokenizer *t, const char *path) {
         t->decoder = mem_calloc(1, sizeof *t->decoder);
         rc = t->decoder ? parse_decoder(&c, j, "decoder", t->decoder) : -1;
     }
-    json_decref(root);
     if (rc < 0) return -1;
     t->byte_level = pretokenizer_has_bytelevel(t->pre_tokenizer);
     for (int b = 0; b < 256; b++) {
@@ -559,6 +560,36 @@ static int load_json_tokenizer(Tokenizer *t, const char *path) {
     }
     TRY(added_trie_build(t));
     return bpe_cache_create(&t->cache);
+}
+
+static int load_json_tokenizer(Tokenizer *t, const char *path) {
+    json_t *root = load_json(path, 0);
+    if (!root) return -1;
+    int rc = parse_tokenizer_root(t, root, path);
+    json_decref(root);
+    return rc;
+}
+
+int tokenizer_from_json(Tokenizer **out, json_t *tokenizer, json_t *config, const char *name) {
+    *out = NULL;
+    Tokenizer *t = mem_calloc(1, sizeof *t);
+    if (!t) return -1;
+    t->bos_id = -1;
+    t->eos_id = -1;
+    t->pad_id = -1;
+    t->unk_id = -1;
+    t->json_path = mem_strdup(name);
+    int rc = t->json_path ? parse_tokenizer_root(t, tokenizer, name) : -1;
+    if (rc == 0 && config) {
+        Ctx c = { name, t };
+        rc = parse_config(&c, config);
+    }
+    if (rc < 0) {
+        tokenizer_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
 }
 
 int tokenizer_load_files(Tokenizer **out, const char *tokenizer_json, const char *tokenizer_config_json) {

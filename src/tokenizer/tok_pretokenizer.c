@@ -15,6 +15,7 @@ void pretokenizer_free(PreTokenizer *p) {
     mem_free(p->children);
     if (p->has_regex) tok_regex_free(&p->regex);
     mem_free(p->replacement);
+    mem_free(p->pattern);
 }
 
 bool pretokenizer_has_bytelevel(const PreTokenizer *p) {

@@ -97,15 +97,20 @@ head -n 8 demo/data/train.jsonl >"$T/data/train.jsonl"; head -n 4 demo/data/vali
 "$BIN" train --model "$T/m" --data "$T/data" --iters 2 --num-layers -1 --batch-size 2 --max-seq-length 32 --val-batches 1 \
   --learning-rate 1e-3 --threads 1 --adapter-path "$T/a" >/dev/null 2>&1 || { echo "train failed"; exit 1; }
 ok 'help_of fuse' "fuse --help: exit 0, nothing on stderr"
-ok 'lists "^usage: lmtune fuse" "--model DIR" "--adapter-path DIR" "--save-path DIR" "--max-shard-size SIZE" "--export-peft DIR" "--export-gguf FILE" "--no-fuse"' "fuse --help lists every flag"
+ok 'lists "^usage: lmtune fuse" "--model DIR" "--adapter-path DIR" "--save-path DIR" "--max-shard-size SIZE" "--export-peft DIR" "--export-gguf " "--gguf-path FILE" "--gguf-type TYPE" "--export-gguf-adapter FILE" "--no-fuse"' "fuse --help lists every flag"
 ok 'grep -q "^  --model DIR .*\[default: mlx_model\]$" "$T/help" && grep -q "^  --save-path DIR .*\[default: fused_model\]$" "$T/help"' "fuse --help: defaults"
 
-"$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/f_space" --max-shard-size 100KB --export-peft "$T/p_space" --export-gguf "$T/g_space.gguf" >"$T/fuse_space.log" 2>&1; rc_space=$?
-"$BIN" fuse --model="$T/m" --adapter-path="$T/a" --save-path="$T/f_eq" --max-shard-size=100KB --export-peft="$T/p_eq" --export-gguf="$T/g_eq.gguf" >"$T/fuse_eq.log" 2>&1; rc_eq=$?
-ok '[ $rc_space -eq 0 ] && [ $rc_eq -eq 0 ] && grep -q "^Fused model saved to $T/f_eq$" "$T/fuse_eq.log"' "fuse with both spellings runs"
-ok 'ls "$T/f_eq" | grep -q "^model-00002-of-" && [ ! -e "$T/f_eq/model.safetensors" ]' "fuse: --max-shard-size=100KB shards the model"
-ok 'for f in $(cd "$T/f_space" && ls); do cmp -s "$T/f_space/$f" "$T/f_eq/$f" || exit 1; done' "fuse: --flag=value gives the bytes of --flag value"
+"$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/space/fused" --max-shard-size 100KB --export-peft "$T/p_space" --export-gguf-adapter "$T/g_space.gguf" --export-gguf --gguf-type q8_0 >"$T/fuse_space.log" 2>&1; rc_space=$?
+"$BIN" fuse --model="$T/m" --adapter-path="$T/a" --save-path="$T/eq/fused" --max-shard-size=100KB --export-peft="$T/p_eq" --export-gguf-adapter="$T/g_eq.gguf" --export-gguf --gguf-type=q8_0 >"$T/fuse_eq.log" 2>&1; rc_eq=$?
+ok '[ $rc_space -eq 0 ] && [ $rc_eq -eq 0 ] && grep -q "^Fused model saved to $T/eq/fused$" "$T/fuse_eq.log"' "fuse with both spellings runs"
+ok 'ls "$T/eq/fused" | grep -q "^model-00002-of-" && [ ! -e "$T/eq/fused/model.safetensors" ]' "fuse: --max-shard-size=100KB shards the model"
+ok 'for f in $(cd "$T/space/fused" && ls); do cmp -s "$T/space/fused/$f" "$T/eq/fused/$f" || exit 1; done' "fuse: --flag=value gives the bytes of --flag value"
 ok 'cmp -s "$T/p_space/adapter_model.safetensors" "$T/p_eq/adapter_model.safetensors" && cmp -s "$T/g_space.gguf" "$T/g_eq.gguf"' "fuse: the same exports with both spellings"
+ok '[ -s "$T/eq/fused/ggml-model-f16.gguf" ] && grep -q "^GGUF model saved to $T/eq/fused/ggml-model-f16.gguf$" "$T/fuse_eq.log"' "fuse --export-gguf: the GGUF model at save-path/ggml-model-f16.gguf (mlx_lm.fuse's default)"
+"$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/f_gp" --export-gguf --gguf-path "$T/abs.gguf" --gguf-type f32 >"$T/fuse_gp.log" 2>&1; rc=$?
+ok '[ $rc -eq 0 ] && [ -s "$T/abs.gguf" ] && [ ! -e "$T/f_gp/ggml-model-f16.gguf" ]' "fuse --gguf-path: an absolute path stands alone"
+ok 'refused "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/f_bad" --export-gguf --no-fuse && grep -q "^lmtune: error: --export-gguf writes the fused model" "$T/err"' "fuse: --export-gguf needs the fused model"
+ok 'refused "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/f_bad" --export-gguf --gguf-type q4_0 && grep -q "^lmtune: error: --gguf-type" "$T/err"' "fuse: --gguf-type q4_0 is not offered"
 "$BIN" fuse --model "$T/m" --adapter-path "$T/a" --save-path "$T/f_none" --no-fuse --export-peft "$T/p_only" >"$T/fuse_nofuse.log" 2>&1; rc=$?
 ok '[ $rc -eq 0 ] && [ ! -e "$T/f_none" ] && [ -f "$T/p_only/adapter_model.safetensors" ]' "fuse: --no-fuse (store-true) only exports"
 

@@ -37,7 +37,7 @@ echo "answers: $(echo "$answers" | tr '\n' '|')"
 for f in run/adapters/adapters.safetensors run/adapters/adapter_config.json run/fused/model.safetensors \
          run/fused/config.json run/fused/tokenizer.json run/peft/adapter_model.safetensors \
          run/peft/adapter_config.json run/adapter.gguf run/adapters/report.html run/adapters/metrics.jsonl \
-         run/adapters/run.json run/plan.html; do
+         run/adapters/run.json run/plan.html run/fused/ggml-model-f16.gguf; do
   [ -s "$OUT/$f" ] || fail "missing $f"
 done
 [ "$(grep -c '^Generation: ' "$OUT/log")" -ge 3 ] || fail "expected at least three generations"

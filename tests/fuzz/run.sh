@@ -15,10 +15,12 @@ if [ "${1:-}" = "--regen" ]; then
   # Seeds written by the unit tests (every crafted bad file of the checklist)
   # and by the targets themselves (valid files of each format).
   b=$(make -s print-build)
-  make -s "$b/tests/formats/test_safetensors" "$b/tests/formats/test_hf_config"
+  make -s "$b/tests/formats/test_safetensors" "$b/tests/formats/test_hf_config" "$b/tests/formats/test_gguf"
   rm -rf "$corpus/safetensors" "$corpus/hf_config"; mkdir -p "$corpus/safetensors" "$corpus/hf_config"
   LMTUNE_SEED_CORPUS=$corpus/safetensors "$b/tests/formats/test_safetensors" >/dev/null
   LMTUNE_SEED_CORPUS=$corpus/hf_config "$b/tests/formats/test_hf_config" >/dev/null
+  rm -f "$corpus"/gguf/bad_*.gguf
+  LMTUNE_SEED_CORPUS=$corpus/gguf "$b/tests/formats/test_gguf" >/dev/null
   # Valid files of each format (found inputs and damaged variants are kept).
   for t in gguf state tokenizer; do mkdir -p "$corpus/$t"; LMTUNE_FUZZ_WRITE_SEED=$corpus/$t "$bins/fuzz_$t"; done
   rm -f "$corpus/tokenizer/tokenizer_config.json"
@@ -37,7 +39,10 @@ for t in "${targets[@]}"; do
   if [ "$secs" = 0 ]; then args=(-runs=0)
   elif [ -n "${FUZZ_RUNS:-}" ]; then args=(-runs="$FUZZ_RUNS" -seed=1)   # reproducible (make test)
   else args=(-max_total_time="$secs"); fi
-  if "$bin" "${args[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  # -timeout is wall-clock: 30 s per input, so a machine shared with other
+  # jobs does not turn the string_blowup seed (1 s of CPU under ASan, 12 s of
+  # wall time at load 25) into a false hang; a real hang still stops there.
+  if "$bin" "${args[@]}" -timeout=30 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix=build/fuzz/findings/"$t"- "$scratch" >"$log" 2>&1; then
     execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "fuzz $t: $execs execs in ${secs} s, clean ($(ls "$corpus/$t" | wc -l) seeds)"

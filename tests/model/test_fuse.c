@@ -2,9 +2,10 @@
  * the merged weight equals W + scale * B^T A^T computed naively in double,
  * DoRA rescales rows to m, untouched tensors are copied byte for byte, shards
  * and their index are written when the shard limit is small, the PEFT export
- * holds A^T and B^T with lora_alpha = scale * r, and the GGUF export parses
- * back against the specification (key types, every tensor's bytes in
- * PEFT's layout, aligned non-overlapping data). */
+ * holds A^T and B^T with lora_alpha = scale * r, and the GGUF adapter export
+ * parses back (keys, every tensor's bytes in PEFT's layout with q's lora_b
+ * rows permuted as llama.cpp's converter does). llama.cpp itself runs the
+ * exports in tests/llama/test_llama_interop.c. */
 #include "base/alloc.h"
 #include "base/dtype.h"
 #include "base/error.h"
@@ -15,6 +16,7 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "model/fuse.h"
+#include "model/gguf_export.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,72 +206,59 @@ int main(void) {
     }
 
     /* GGUF export parsed back against the specification. */
-    CHECK(export_gguf(p("base"), p("lora"), p("adapter.gguf")) == 0);
-    GgufInfo g;
-    CHECK(gguf_read_check(p("adapter.gguf"), &g) == 0);
+    CHECK(gguf_export_adapter(p("base"), p("lora"), p("adapter.gguf")) == 0);
+    GgufFile g;
+    CHECK(gguf_open(&g, p("adapter.gguf")) == 0);
     CHECK(g.version == 3 && g.n_tensors == 4);
-    bool type_ok = false, alpha_ok = false, arch_ok = false;
-    for (uint64_t i = 0; i < g.n_kv; i++) {
-        if (!strcmp(g.kv_keys[i], "general.type")) type_ok = g.kv_types[i] == GGUF_TYPE_STRING && !strcmp(g.kv_strings[i], "adapter");
-        if (!strcmp(g.kv_keys[i], "adapter.lora.alpha")) alpha_ok = g.kv_types[i] == GGUF_TYPE_FLOAT32 && g.kv_f32[i] == 2.5f * R;
-        if (!strcmp(g.kv_keys[i], "general.architecture")) arch_ok = !strcmp(g.kv_strings[i], "llama");
-    }
-    CHECK(type_ok && alpha_ok && arch_ok);
-    bool a_ok = false, b_ok = false;
-    for (uint64_t i = 0; i < g.n_tensors; i++) {
-        if (!strcmp(g.t_names[i], "blk.1.attn_q.weight.lora_a")) a_ok = g.t_ndims[i] == 2 && g.t_ne[i][0] == C && g.t_ne[i][1] == R && g.t_types[i] == GGML_TYPE_F32;
-        if (!strcmp(g.t_names[i], "blk.1.ffn_up.weight.lora_b")) b_ok = g.t_ne[i][0] == R && g.t_ne[i][1] == F;
-        CHECK(g.t_offsets[i] % g.alignment == 0);
-    }
-    CHECK(a_ok && b_ok);
-    /* Every key's type, and every tensor's bytes: lora_a holds A^T (r, in) and
-     * lora_b holds B^T (out, r), the PEFT layout (ggml ne reversed). */
+    const GgufKV *kt = gguf_find_kv(&g, "general.type");
+    const GgufKV *ka = gguf_find_kv(&g, "adapter.lora.alpha");
+    const GgufKV *kr = gguf_find_kv(&g, "general.architecture");
+    const GgufKV *kl = gguf_find_kv(&g, "adapter.type");
+    CHECK(kt && kt->type == GGUF_TYPE_STRING && kt->str.n == 7 && !memcmp(kt->str.p, "adapter", 7));
+    CHECK(ka && ka->type == GGUF_TYPE_FLOAT32 && ka->f == 2.5f * R);
+    CHECK(kr && kr->type == GGUF_TYPE_STRING && kr->str.n == 5 && !memcmp(kr->str.p, "llama", 5));
+    CHECK(kl && kl->type == GGUF_TYPE_STRING && kl->str.n == 4 && !memcmp(kl->str.p, "lora", 4));
+    /* Every tensor's bytes: lora_a holds A^T (r, in) and lora_b holds B^T
+     * (out, r), the PEFT layout (ggml ne reversed); q's lora_b rows are
+     * permuted as convert_hf_to_gguf.py's LlamaModel.permute does (per head
+     * of D rows: row 2j + t is Hugging Face's row t * D/2 + j). */
     {
-        int seen = 0;
-        for (uint64_t i = 0; i < g.n_kv; i++) {
-            const char *k = g.kv_keys[i];
-            int want = !strcmp(k, "adapter.lora.alpha") ? GGUF_TYPE_FLOAT32 : !strcmp(k, "general.alignment") ? GGUF_TYPE_UINT32 : GGUF_TYPE_STRING;
-            CHECK_MSG(g.kv_types[i] == want, "GGUF key %s has type %d, expected %d", k, g.kv_types[i], want);
-            if (!strcmp(k, "adapter.type")) CHECK(!strcmp(g.kv_strings[i], "lora"));
-            seen += !strcmp(k, "adapter.type") || !strcmp(k, "general.alignment");
-        }
-        CHECK(seen == 2);
-        char *buf; size_t n;
-        CHECK(file_read_all(p("adapter.gguf"), 0, &buf, &n) == 0);
-        const struct { const char *name; const float *a_or_b; int rows, cols; bool is_a; } want[] = {
-            {"blk.1.attn_q.weight.lora_a", a_q, C, R, true}, {"blk.1.attn_q.weight.lora_b", b_q, R, C, false},
-            {"blk.1.ffn_up.weight.lora_a", a_up, C, R, true}, {"blk.1.ffn_up.weight.lora_b", b_up, R, F, false}};
-        int matched = 0;
-        uint64_t end_max = 0;
-        for (uint64_t i = 0; i < g.n_tensors; i++) {
-            for (size_t w = 0; w < 4; w++) {
-                if (strcmp(g.t_names[i], want[w].name)) continue;
-                /* MLX tensor (rows, cols); stored transposed: (cols, rows) row-major */
-                const float *d = (const float *)(buf + g.data_start + g.t_offsets[i]);
-                int bad = 0;
-                for (int r = 0; r < want[w].rows; r++) for (int c = 0; c < want[w].cols; c++)
-                    bad += d[(size_t)c * want[w].rows + r] != want[w].a_or_b[(size_t)r * want[w].cols + c];
-                CHECK_MSG(bad == 0, "GGUF %s: %d values differ from the PEFT layout", want[w].name, bad);
-                CHECK(g.t_ne[i][0] == (uint64_t)want[w].rows && g.t_ne[i][1] == (uint64_t)want[w].cols);
-                matched++;
+        const int D = C / 2;
+        const struct { const char *name; const float *a_or_b; int rows, cols; bool permute; } want[] = {
+            {"blk.1.attn_q.weight.lora_a", a_q, C, R, false}, {"blk.1.attn_q.weight.lora_b", b_q, R, C, true},
+            {"blk.1.ffn_up.weight.lora_a", a_up, C, R, false}, {"blk.1.ffn_up.weight.lora_b", b_up, R, F, false}};
+        for (size_t w = 0; w < 4; w++) {
+            const GgufTensorInfo *t = gguf_find_tensor(&g, want[w].name);
+            CHECK_MSG(t != NULL, "%s missing", want[w].name);
+            if (!t) continue;
+            CHECK(t->type == GGML_TYPE_F32 && t->n_dims == 2);
+            CHECK(t->ne[0] == want[w].rows && t->ne[1] == want[w].cols);
+            CHECK(t->offset % g.alignment == 0);
+            /* MLX tensor (rows, cols); stored transposed: (cols, rows) row-major */
+            const float *d = t->data;
+            int bad = 0;
+            for (int c = 0; c < want[w].cols; c++) {
+                int src = c;
+                if (want[w].permute) {
+                    int head = c / D;
+                    int j = (c % D) / 2;
+                    int half = c % 2;
+                    src = head * D + half * (D / 2) + j;
+                }
+                for (int r = 0; r < want[w].rows; r++)
+                    bad += d[(size_t)c * want[w].rows + r] != want[w].a_or_b[(size_t)r * want[w].cols + src];
             }
-            uint64_t e = g.t_offsets[i] + g.t_ne[i][0] * g.t_ne[i][1] * 4;
-            if (e > end_max) end_max = e;
-            for (uint64_t j = 0; j < i; j++)   /* data regions do not overlap */
-                CHECK(g.t_offsets[j] + g.t_ne[j][0] * g.t_ne[j][1] * 4 <= g.t_offsets[i] || g.t_offsets[i] + g.t_ne[i][0] * g.t_ne[i][1] * 4 <= g.t_offsets[j]);
+            CHECK_MSG(bad == 0, "GGUF %s: %d values differ from the PEFT layout", want[w].name, bad);
         }
-        CHECK(matched == 4);
-        CHECK(g.data_start % g.alignment == 0 && g.data_start + end_max <= n);
-        mem_free(buf);
     }
-    gguf_info_free(&g);
+    gguf_close(&g);
     /* A truncated GGUF is refused with a message naming the file. */
     {
         char *buf; size_t n;
         CHECK(file_read_all(p("adapter.gguf"), 0, &buf, &n) == 0);
         CHECK(atomic_write_file(p("cut.gguf"), buf, n / 2) == 0);
         mem_free(buf);
-        CHECK(gguf_read_check(p("cut.gguf"), &g) < 0);
+        CHECK(gguf_open(&g, p("cut.gguf")) < 0);
         CHECK_ERROR_CONTAINS("cut.gguf");
     }
 
@@ -277,7 +266,7 @@ int main(void) {
      * an adapter tensor that matches no base weight. */
     CHECK(fuse_model(p("base"), p("nope"), p("x"), 0, false) < 0);
     CHECK_ERROR_CONTAINS("The adapter path does not exist");
-    CHECK(export_gguf(p("base"), p("dora"), p("d.gguf")) < 0);
+    CHECK(gguf_export_adapter(p("base"), p("dora"), p("d.gguf")) < 0);
     CHECK_ERROR_CONTAINS("DoRA");
     {
         StWriteTensor t2[2] = {{"model.layers.5.self_attn.q_proj.lora_a", DTYPE_F32, 2, {C, R}, a_q},
