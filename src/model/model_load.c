@@ -170,8 +170,9 @@ static void attention_params(Model *m) {
 }
 
 /* RoPE tables: one set, or gemma3's global and local bases, or longrope's
- * short and long factors. Gemma's embedding scale, rounded to the dtype the
- * table is used in (as transformers' embed_scale.to(weight.dtype)). */
+ * short and long factors. Gemma's embedding scale, rounded to the dtype of
+ * the file's weights (as transformers' embed_scale.to(weight.dtype) on the
+ * checkpoint loaded in its dtype). */
 static void fixed_tables(Model *m) {
     const Dims *d = &m->d;
     const ModelConfig *c = &m->cfg;
@@ -185,7 +186,8 @@ static void fixed_tables(Model *m) {
     m->embed_scale = 0.0f;
     if (c->embed_scale) {
         float s = sqrtf((float)c->hidden_size);
-        if (m->embed.dtype == DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
+        /* the file's dtype, also when the table was widened to fp32 for a CPU without bf16 products */
+        if (m->d.file_dtype == DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
         m->embed_scale = s;
     }
 }

@@ -368,6 +368,17 @@ def grad_case(name, seed, cfg, case, B, W, lengths, offsets, description):
                 "logits": logits.detach().float()}
     for n, g in zip(names, grads):
         expected["grad." + n] = g.float()
+    if case["weights_dtype"] == "bfloat16":
+        # What an engine without bf16 products computes: the same bf16 weights,
+        # every product in full precision (no input rounding).
+        model.round_inputs = False
+        uloss, _, ulogits = tm.forward_loss(model, tokens, lens, offs)
+        ugrads = torch.autograd.grad(uloss, [model.trainable[n] for n in names])
+        model.round_inputs = True
+        expected["unrounded.loss"] = torch.tensor([uloss.item()], dtype=torch.float32)
+        expected["unrounded.logits"] = ulogits.detach().float()
+        for n, g in zip(names, ugrads):
+            expected["unrounded.grad." + n] = g.float()
     print(f"{name}: loss={loss.item():.6f} ntokens={ntok} trainable tensors={len(names)}")
     finite_difference_check(name, model, tokens, lens, offs)
     case["fp32_deviation"] = fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected)
