@@ -144,12 +144,8 @@ int gguf_model_config(const GgufFile *g, ModelConfig *c) {
     mem_free(arch_name);
     if (!a) return error_prefix("%s", g->name);
     const char *arch = a->arch;
-    snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);
     /* the llama block's tensor names and shape, as hf_config gives a config.json of these types */
-    snprintf(c->prefix, sizeof c->prefix, "model.");
-    snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "model.");
-    snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");
-    c->hidden_act = HIDDEN_ACT_SILU;
+    hf_config_init(c, a->model_type);
     const int big = 1 << 30;
     c->max_position_embeddings = 2048;
     TRY(arch_int(g, arch, "context_length", false, 1, big, &c->max_position_embeddings));

@@ -476,6 +476,16 @@ static int parse_text(ModelConfig *c, const json_t *o, const json_t *outer, cons
     return parse_windows(c, o, name, fam);
 }
 
+void hf_config_init(ModelConfig *c, const char *model_type) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model_type, sizeof c->model_type, "%s", model_type);
+    snprintf(c->prefix, sizeof c->prefix, "model.");
+    snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "model.");
+    snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");
+    c->hidden_act = HIDDEN_ACT_SILU;
+    c->bos_token_id = -1;
+}
+
 static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     memset(c, 0, sizeof *c);
     if (!json_is_object(root)) return error_set("%s: not a JSON object", name);

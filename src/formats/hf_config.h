@@ -68,6 +68,10 @@ typedef struct {
     unsigned char layer_flags[HF_MAX_LAYERS]; /* LAYER_* per layer */
 } ModelConfig;
 
+/* A zeroed config of model_type with the llama block's tensor names
+ * ("model." prefixes, "lm_head.weight"), SiLU and no BOS: the start of a
+ * config built in code (GGUF metadata, tests) rather than parsed. */
+void hf_config_init(ModelConfig *c, const char *model_type);
 int hf_config_load(ModelConfig *c, const char *path);
 /* Same from a JSON string; `name` is used in error messages. */
 int hf_config_parse(ModelConfig *c, const char *json, const char *name);

@@ -263,8 +263,8 @@ static void round_trip(void) {
 }
 
 static void model_config(void) {
-    ModelConfig c = {0};
-    snprintf(c.model_type, sizeof c.model_type, "llama");
+    ModelConfig c;
+    hf_config_init(&c, "llama");
     c.hidden_size = 64;
     c.intermediate_size = 96;
     c.num_hidden_layers = 1;
