@@ -31,6 +31,7 @@
 typedef struct {
     const History *h;
     double *it, *loss, *tok, *lr, *tps, *norm, *norm_max, *peak;    /* (n_train) */
+    double *scratch;                                                /* (n_train): the median's sort */
     double *v_it, *v_loss, *v_tok;                                  /* (n_val) */
     ChartLine *lines_it, *lines_tok;    /* skipped updates and resumes (n_lines) */
     size_t n_lines;
@@ -77,7 +78,7 @@ static double tokens_at(const History *h, double it) {
 
 static void series_free(Series *s) {
     double **arrays[] = {&s->it, &s->loss, &s->tok, &s->lr, &s->tps, &s->norm, &s->norm_max, &s->peak,
-                         &s->v_it, &s->v_loss, &s->v_tok};
+                         &s->scratch, &s->v_it, &s->v_loss, &s->v_tok};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) mem_free(*arrays[i]);
     mem_free(s->lines_it);
     mem_free(s->lines_tok);
@@ -91,7 +92,8 @@ static int series_build(Series *s, const History *h, double max_grad_norm) {
     s->best = -1;
     size_t nt = h->n_train ? h->n_train : 1, nv = h->n_val ? h->n_val : 1;
     size_t nl = h->n_skip + h->n_seg + 1, nm = nt + 1;
-    double **train_arrays[] = {&s->it, &s->loss, &s->tok, &s->lr, &s->tps, &s->norm, &s->norm_max, &s->peak};
+    double **train_arrays[] = {&s->it, &s->loss, &s->tok, &s->lr, &s->tps, &s->norm, &s->norm_max, &s->peak,
+                               &s->scratch};
     for (size_t i = 0; i < sizeof train_arrays / sizeof *train_arrays; i++)
         if (!(*train_arrays[i] = mem_calloc(nt, sizeof(double)))) {
             series_free(s);
@@ -217,15 +219,13 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median_finite(const double *v, size_t n) {
-    double *c = mem_calloc(n ? n : 1, sizeof *c);
-    if (!c) return NAN;
+/* c: n doubles of scratch (allocated with the series, so that a failed
+ * allocation fails the report instead of showing "n/a") */
+static double median_finite(const double *v, size_t n, double *c) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) if (isfinite(v[i])) c[k++] = v[i];
     qsort(c, k, sizeof *c, cmp_double);
-    double m = k == 0 ? NAN : k % 2 ? c[k / 2] : 0.5 * (c[k / 2 - 1] + c[k / 2]);
-    mem_free(c);
-    return m;
+    return k == 0 ? NAN : k % 2 ? c[k / 2] : 0.5 * (c[k / 2 - 1] + c[k / 2]);
 }
 
 static double peak_bytes(const History *h) {
@@ -270,7 +270,7 @@ static void write_cards(FILE *f, const History *h, const Series *s) {
     card(f, "last train loss", v, n, NULL);
     format_short(v, sizeof v, lt ? lt->trained_tokens : 0);
     card(f, "trained tokens", v, "loss tokens (prompt and padding excluded)", NULL);
-    double tps = median_finite(s->tps, h->n_train);
+    double tps = median_finite(s->tps, h->n_train, s->scratch);
     format_short(v, sizeof v, tps);
     if (!isfinite(tps)) snprintf(v, sizeof v, "n/a");
     card(f, "tokens/s", v, "median over the report windows", NULL);
@@ -622,17 +622,13 @@ static void write_events(FILE *f, const History *h, const Series *s) {
     fputs("</table>\n</div></div>\n</section>\n", f);
 }
 
-void report_html_render(FILE *f, const History *h) {
+int report_html_render(FILE *f, const History *h) {
     char title[512];
     snprintf(title, sizeof title, "lmtune report: %s", h->dir);
     page_begin(f, title);
     double max_grad_norm = history_run_number(h, "max_grad_norm"), limit = history_run_number(h, "memory_limit");
     Series s;
-    if (series_build(&s, h, max_grad_norm) < 0) {
-        fputs("<h1>Training report</h1><p>Out of memory while preparing the charts.</p>\n", f);
-        page_end(f);
-        return;
-    }
+    TRY(series_build(&s, h, max_grad_norm)); /* the caller drops the half-written page */
     fputs("<h1>Training report</h1>\n<div class=\"sub\">", f);
     html_text(f, h->dir);
     const char *model = history_run_string(h, "model");
@@ -659,6 +655,7 @@ void report_html_render(FILE *f, const History *h) {
             h->torn_tail ? "; an incomplete last line, cut by a kill, left out" : "");
     series_free(&s);
     page_end(f);
+    return 0;
 }
 
 int report_html_write(const char *adapter_dir, const char *out_path) {
@@ -672,8 +669,12 @@ int report_html_write(const char *adapter_dir, const char *out_path) {
     AtomicFile af;
     int rc = atomic_open(&af, path);
     if (rc == 0) {
-        report_html_render(af.fp, &h);
-        rc = atomic_commit(&af);
+        if (report_html_render(af.fp, &h) < 0) {
+            atomic_abort(&af);
+            rc = -1;
+        } else {
+            rc = atomic_commit(&af);
+        }
     }
     mem_free(path);
     history_free(&h);

@@ -18,7 +18,8 @@
 
 #define REPORT_FILE "report.html"
 
-void report_html_render(FILE *f, const History *h);
+/* The page into f; -1 (error set) when its series cannot be allocated. */
+int report_html_render(FILE *f, const History *h);
 /* Reads ADAPTER_DIR's history and writes the report atomically to out_path
  * (NULL: ADAPTER_DIR/report.html). */
 int report_html_write(const char *adapter_dir, const char *out_path);
