@@ -31,7 +31,7 @@
 typedef struct {
     const History *h;
     double *it, *loss, *tok, *lr, *tps, *norm, *norm_max, *peak;    /* (n_train) */
-    double *scratch;                                                /* (n_train): the median's sort */
+    double *sort_scratch;                                           /* (n_train): median_finite's copy */
     double *v_it, *v_loss, *v_tok;                                  /* (n_val) */
     ChartLine *lines_it, *lines_tok;    /* skipped updates and resumes (n_lines) */
     size_t n_lines;
@@ -78,7 +78,7 @@ static double tokens_at(const History *h, double it) {
 
 static void series_free(Series *s) {
     double **arrays[] = {&s->it, &s->loss, &s->tok, &s->lr, &s->tps, &s->norm, &s->norm_max, &s->peak,
-                         &s->scratch, &s->v_it, &s->v_loss, &s->v_tok};
+                         &s->sort_scratch, &s->v_it, &s->v_loss, &s->v_tok};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) mem_free(*arrays[i]);
     mem_free(s->lines_it);
     mem_free(s->lines_tok);
@@ -93,7 +93,7 @@ static int series_build(Series *s, const History *h, double max_grad_norm) {
     size_t nt = h->n_train ? h->n_train : 1, nv = h->n_val ? h->n_val : 1;
     size_t nl = h->n_skip + h->n_seg + 1, nm = nt + 1;
     double **train_arrays[] = {&s->it, &s->loss, &s->tok, &s->lr, &s->tps, &s->norm, &s->norm_max, &s->peak,
-                               &s->scratch};
+                               &s->sort_scratch};
     for (size_t i = 0; i < sizeof train_arrays / sizeof *train_arrays; i++)
         if (!(*train_arrays[i] = mem_calloc(nt, sizeof(double)))) {
             series_free(s);
@@ -219,13 +219,14 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* c: n doubles of scratch (allocated with the series, so that a failed
- * allocation fails the report instead of showing "n/a") */
-static double median_finite(const double *v, size_t n, double *c) {
+/* The median of v's finite values (NAN if none), sorted in scratch (n). */
+static double median_finite(const double *v, size_t n, double *scratch) {
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) if (isfinite(v[i])) c[k++] = v[i];
-    qsort(c, k, sizeof *c, cmp_double);
-    return k == 0 ? NAN : k % 2 ? c[k / 2] : 0.5 * (c[k / 2 - 1] + c[k / 2]);
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i])) scratch[k++] = v[i];
+    qsort(scratch, k, sizeof *scratch, cmp_double);
+    if (k == 0) return NAN;
+    return k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
 }
 
 static double peak_bytes(const History *h) {
@@ -270,7 +271,7 @@ static void write_cards(FILE *f, const History *h, const Series *s) {
     card(f, "last train loss", v, n, NULL);
     format_short(v, sizeof v, lt ? lt->trained_tokens : 0);
     card(f, "trained tokens", v, "loss tokens (prompt and padding excluded)", NULL);
-    double tps = median_finite(s->tps, h->n_train, s->scratch);
+    double tps = median_finite(s->tps, h->n_train, s->sort_scratch);
     format_short(v, sizeof v, tps);
     if (!isfinite(tps)) snprintf(v, sizeof v, "n/a");
     card(f, "tokens/s", v, "median over the report windows", NULL);
@@ -628,7 +629,7 @@ int report_html_render(FILE *f, const History *h) {
     page_begin(f, title);
     double max_grad_norm = history_run_number(h, "max_grad_norm"), limit = history_run_number(h, "memory_limit");
     Series s;
-    TRY(series_build(&s, h, max_grad_norm)); /* the caller drops the half-written page */
+    if (series_build(&s, h, max_grad_norm) < 0) return -1;   /* no page without its charts */
     fputs("<h1>Training report</h1>\n<div class=\"sub\">", f);
     html_text(f, h->dir);
     const char *model = history_run_string(h, "model");
@@ -669,11 +670,11 @@ int report_html_write(const char *adapter_dir, const char *out_path) {
     AtomicFile af;
     int rc = atomic_open(&af, path);
     if (rc == 0) {
-        if (report_html_render(af.fp, &h) < 0) {
-            atomic_abort(&af);
-            rc = -1;
-        } else {
+        rc = report_html_render(af.fp, &h);
+        if (rc == 0) {
             rc = atomic_commit(&af);
+        } else {
+            atomic_abort(&af);
         }
     }
     mem_free(path);

@@ -18,7 +18,8 @@
 
 #define REPORT_FILE "report.html"
 
-/* The page into f; -1 (error set) when its series cannot be allocated. */
+/* The page of h into f; -1 with the error set when an allocation fails (nothing
+ * is worth writing then: the caller discards f). */
 int report_html_render(FILE *f, const History *h);
 /* Reads ADAPTER_DIR's history and writes the report atomically to out_path
  * (NULL: ADAPTER_DIR/report.html). */
