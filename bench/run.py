@@ -13,7 +13,15 @@ so fewer would flatter the ratio. The attention share is from lmtune's own
 step profile (LMTUNE_PROFILE=1: attention forward + backward wall time over
 the step's wall time).
 
-Usage: bench/run.py [--quick] [--runs N] [--only SUBSTR] [--no-torch]
+PyTorch is tuned (bench/torch_train.py: tcmalloc, ATen AVX-512, OpenBLAS's
+own kernels); rows with bf16 weights compare with PyTorch in pure bf16
+(oneDNN bf16 products), f32 rows with PyTorch in fp32. --quick: the
+SmolLM2-135M rows at 512 tokens, LoRA on every linear (MLX-LM's default, the
+headline) and LoRA q,v of the last 16 blocks, f32 and bf16 weights (lmtune:
+--weights-dtype auto). The line under the table says which BLAS kernels and
+allocator PyTorch used.
+
+Usage: bench/run.py [--quick] [--runs N] [--only SUBSTR] [--no-torch] [--steps N] [--cpu-time]
 Writes the table to stdout and to build/bench/results.md."""
 import argparse, json, os, re, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +75,7 @@ def gemm_peak(threads):
             if m: best[m.group(1)] = max(best[m.group(1)], float(m.group(2)))
     return best
 
-def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, steps):
+def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, steps, cpu_time=False):
     md = model_dir(shape, dtype)
     dd = data_dir(seq)
     cmd = [LMTUNE, "train", "--model", md, "--data", dd, "-c", config_file(mode),
@@ -76,19 +84,21 @@ def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, s
            "--save-every", "1000000", "--adapter-path", os.path.join(WORK, "adapters"),
            "--learning-rate", "1e-5", "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
-    # LMTUNE_PROFILE: the step's wall time by kernel class (steps after the first)
-    out, err, _, rss = run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads), LMTUNE_PROFILE="1"))
+    # LMTUNE_PROFILE: the step's wall (cpu: CPU) time by kernel class (steps after the first)
+    out, err, _, rss = run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads),
+                                         LMTUNE_PROFILE="cpu" if cpu_time else "1"))
     rates = [float(m) for m in re.findall(r"Tokens/sec ([0-9.]+)", out)]
     timed = rates[warmup:] or rates
     prof = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^  (\S.*?)\s+(-?[0-9.]+) s", out, re.M)}
     attn = prof.get("attention forward", 0.0) + prof.get("attention backward", 0.0)
     share = attn / prof["step"] if prof.get("step") else float("nan")
-    return median(timed), rss, share
+    return median(timed), rss, share, prof.get("step", float("nan"))
 
 def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
+    bf16 = dtype == "bf16"
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", shape, "--mode", mode,
-           "--weights", "fp32" if dtype == "f32" else "bf16", "--batch", str(batch), "--seq", str(seq),
-           "--steps", str(steps), "--warmup", "3", "--threads", str(threads)]
+           "--weights", "bf16" if bf16 else "fp32", "--compute", "bf16" if bf16 else "fp32", "--batch", str(batch),
+           "--seq", str(seq), "--steps", str(steps), "--warmup", "3", "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
     env = dict(os.environ)
     env.pop("OPENBLAS_L2_SIZE", None)
@@ -96,7 +106,11 @@ def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
                                            # PyTorch's best setting here (the machine's default pins older ones)
     out, _, _, rss = run(cmd, env=env)
     res = json.loads(out.strip().splitlines()[-1])
-    return res["tokens_per_s"], rss
+    TORCH_SETUP.add(f"PyTorch {res['torch']}: BLAS kernels {res['blas_kernels']}, allocator {res['allocator']}, "
+                    f"ATen {res['aten_capability']}, compute {res['compute']}")
+    return res["tokens_per_s"], rss, res["cpu_s_per_step"]
+
+TORCH_SETUP = set()
 
 def main():
     ap = argparse.ArgumentParser()
@@ -105,13 +119,17 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="also CPU seconds per step of both (process CPU time, all threads): on a loaded machine "
+                         "steadier than wall time; the attention share is then of CPU time")
     args = ap.parse_args()
     configs = [  # shape, mode, dtype, ckpt, seq, threads
+        ("smollm2-135m", "lora-all", "f32", False, 512, 2),
+        ("smollm2-135m", "lora-all", "bf16", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "f32", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "bf16", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "f32", True, 512, 2),
         ("smollm2-135m", "lora-qv16", "bf16", True, 512, 2),
-        ("smollm2-135m", "lora-all", "bf16", False, 512, 2),
         ("smollm2-135m", "full4", "f32", False, 512, 2),
         ("smollm2-135m", "lora-qv16", "f32", False, 512, 1),
         ("smollm2-135m", "lora-qv16", "bf16", False, 256, 2),
@@ -122,27 +140,32 @@ def main():
         ("qwen2.5-0.5b", "lora-qv16", "bf16", False, 512, 2),
     ]
     if args.quick:
-        configs = [c for c in configs if c[4] == 512 and c[0] == "smollm2-135m" and c[1] == "lora-qv16" and not c[3]]
+        configs = [c for c in configs if c[4] == 512 and c[0] == "smollm2-135m" and c[1] != "full4" and not c[3]
+                   and c[5] == 2]
     configs = [c for c in configs if args.only in " ".join(map(str, c))]
     peaks = {t: gemm_peak(t) for t in sorted({c[5] for c in configs})}
     rows = []
     hdr = ("| model | mode | weights | ckpt | seq | threads | lmtune tok/s | s/step | peak RSS | MFU | attention share "
            "| PyTorch tok/s | PyTorch RSS | ratio |")
+    if args.cpu_time:
+        hdr += " lmtune CPU s/step | PyTorch CPU s/step | CPU ratio |"
     print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
     for shape, mode, dtype, ckpt, seq, threads in configs:
         batch = 4
-        with_torch = (not args.no_torch and threads == 2 and seq == 512 and mode == "lora-qv16" and not ckpt
+        with_torch = (not args.no_torch and threads == 2 and seq == 512 and mode != "full4" and not ckpt
                       and shape == "smollm2-135m")
         # lmtune and PyTorch runs alternate, so that both see the same
         # machine (shared and noisy): the ratio is of medians taken side by side
-        tps, rss, shares, ts, trs = [], [], [], [], []
+        tps, rss, shares, ts, trs, lc, tc = [], [], [], [], [], [], []
         for i in range(args.runs):
-            t, r, a = lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2, args.steps)
-            tps.append(t); rss.append(r); shares.append(a)
+            t, r, a, c = lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2, args.steps,
+                                             args.cpu_time)
+            tps.append(t); rss.append(r); shares.append(a); lc.append(c)
             if with_torch:
-                a, b = torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, args.steps)
-                ts.append(a); trs.append(b)
-            print(f"  run {i + 1}: lmtune {t:.0f} tok/s" + (f", PyTorch {a:.0f} tok/s" if with_torch else ""),
+                a, b, c2 = torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, args.steps)
+                ts.append(a); trs.append(b); tc.append(c2)
+            print(f"  run {i + 1}: lmtune {t:.0f} tok/s ({c:.2f} CPU s/step)" +
+                  (f", PyTorch {a:.0f} tok/s ({c2:.2f} CPU s/step)" if with_torch else ""),
                   file=sys.stderr, flush=True)
         t = median(tps)
         peak = peaks[threads]["bf16" if dtype == "bf16" else "f32"] * 1e9
@@ -151,8 +174,12 @@ def main():
         row = (f"| {shape} | {mode} | {dtype} | {'yes' if ckpt else 'no'} | {seq} | {threads} | {t:.0f} | "
                f"{batch * seq / t:.2f} | {max(rss) / 1e9:.2f} GB | {100 * mfu:.0f}% | {100 * median(shares):.1f}% | "
                f"{tt:.0f} | {trss / 1e9:.2f} GB | {t / tt:.2f}x |")
+        if args.cpu_time:
+            row += f" {median(lc):.2f} | {median(tc):.2f} | {median(tc) / median(lc):.2f}x |"
         print(row, flush=True)
         rows.append(row)
+    for line in sorted(TORCH_SETUP):
+        print(line)
     print(f"\nGEMM peak measured in this run (GFLOP/s): " + ", ".join(f"{t} threads: f32 {p['f32']:.0f}, bf16 {p['bf16']:.0f}" for t, p in peaks.items()))
     with open(os.path.join(WORK, "results.md"), "w") as f:
         f.write(hdr + "\n" + "\n".join(rows) + "\n")

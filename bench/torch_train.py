@@ -12,12 +12,14 @@ random batch) divided by the median step time.
 
 Usage (Debian's python, torch 1.13):
   /usr/bin/python3 bench/torch_train.py --model smollm2-135m --mode lora-qv16 \
-      [--weights fp32|bf16] [--grad-checkpoint] [--steps 3] [--warmup 1] \
-      [--blas-dir DIR]
+      [--weights fp32|bf16] [--compute fp32|bf16] [--grad-checkpoint] [--steps 3] \
+      [--warmup 3] [--untuned] [--openblas-coretype NAME] [--blas-dir DIR]
 
 Models: smollm2-135m (llama: hidden 576, 30 layers, 9 heads, 3 kv heads,
-intermediate 1536, vocab 49152, tied) and qwen2.5-0.5b (qwen2 with q/k/v bias:
-hidden 896, 24 layers, 14 heads, 2 kv, intermediate 4864, vocab 151936, tied).
+intermediate 1536, vocab 49152, tied), qwen2.5-0.5b (qwen2 with q/k/v bias:
+hidden 896, 24 layers, 14 heads, 2 kv, intermediate 4864, vocab 151936, tied)
+and llama-3.2-1b (hidden 2048, 16 layers, 32 heads, 8 kv, intermediate 8192,
+vocab 128256, tied, llama3 RoPE scaling).
 Modes: lora-qv16 (rank 8, scale 20, q and v of the last 16 blocks), lora-all
 (rank 8 on the 7 linears of every block), full4 (every parameter of the last 4
 blocks). Batch 4 x 512 input tokens (rows of 513), Adam lr 1e-5 (no bias
@@ -29,22 +31,29 @@ torch_model._FrozenBF16Linear), so no fp32 copy of a frozen weight lives beyond
 one matmul; trainable weights (full4) are fp32 masters. We do not use PyTorch's
 bf16 matmul: the comparison is with fp32 compute.
 
-BLAS. Debian's torch 1.13 is built with BLAS_INFO=generic: fp32 GEMMs go to
-whatever libblas.so.3 the loader finds. On this machine the system alternative
-is the netlib *reference* BLAS (~2.5 GFLOPS on 2 threads), which would make a
-meaningless baseline. Use OpenBLAS without installing it system-wide:
-    mkdir -p /tmp/lmtune-openblas && cd /tmp/lmtune-openblas \
-      && apt-get download libopenblas0-openmp && dpkg -x libopenblas0-openmp_*.deb root
-and pass --blas-dir /tmp/lmtune-openblas/root/usr/lib/x86_64-linux-gnu/openblas-openmp
-(the script re-executes itself with LD_LIBRARY_PATH set; the JSON line names
-the libblas that was actually loaded). OpenBLAS picks its AVX-512 kernels by
-itself on this CPU (OPENBLAS_VERBOSE=2 prints "Core: Cooperlake"); the bench
-runs with OPENBLAS_CORETYPE unset or =SkylakeX (same AVX-512 kernel family,
-measured within ~10% of each other). OPENBLAS_NUM_THREADS defaults to --threads.
-Take the OpenMP build of OpenBLAS (libopenblas0-openmp): it shares torch's
-OpenMP thread pool. The pthread build spins its own 2 threads after each GEMM
-against torch's 2 OpenMP threads on a 2-core machine and measured 3-4x slower
-(smollm2 lora-qv16, 2x128 tokens: 9.7 s vs 2.7 s per step).
+Tuned (the default; --untuned for plain PyTorch): what a careful user runs on a
+CPU. The script re-executes itself once with
+  - LD_PRELOAD of tcmalloc (libtcmalloc-minimal4, `install-deps.sh --bench`):
+    glibc's malloc returns freed activations to the kernel every step and
+    page faults cost ~10 us on these VMs: PyTorch is 20-30% slower without it;
+  - ATEN_CPU_CAPABILITY=avx512 where the CPU has AVX-512 (F, BW, VL, DQ),
+    else avx2: ATen's vectorised element-wise kernels;
+  - OpenBLAS (Debian's torch 1.13 is built with BLAS_INFO=generic: fp32
+    products go to whatever libblas.so.3 the loader finds; the netlib
+    reference BLAS would be a meaningless baseline): the OpenMP build,
+    libopenblas0-openmp, which shares torch's OpenMP pool, from --blas-dir or
+    the system alternative; OPENBLAS_CORETYPE unset, so that OpenBLAS picks
+    its own kernels (AVX-512: SkylakeX or Cooperlake) unless
+    --openblas-coretype says otherwise;
+  - OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads, torch.set_num_threads;
+  - timing after --warmup steps (3 by default: the allocator grows over the
+    first steps).
+The JSON line and a line on stderr say what was used: the BLAS library and its
+kernel family (openblas_get_corename), the allocator, ATen's CPU capability.
+
+--compute bf16 ("pure bf16"): every tensor bf16 (weights, activations, LoRA
+parameters, optimizer), products through PyTorch's oneDNN bf16 kernels; the
+fastest PyTorch bf16 configuration on CPUs with AVX512_BF16.
 """
 
 import argparse
@@ -64,7 +73,16 @@ MODELS = {
                          num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                          intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
                          rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None),
+    "llama-3.2-1b": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048,
+                         num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                         intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True,
+                         rms_norm_eps=1e-5, rope_theta=500000.0,
+                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                                           high_freq_factor=4.0, original_max_position_embeddings=8192)),
 }
+
+TCMALLOC = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
 
 
 def parse_args():
@@ -75,7 +93,7 @@ def parse_args():
     ap.add_argument("--grad-checkpoint", action="store_true")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=512, help="input tokens per row (rows hold seq+1)")
-    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-5)
@@ -84,25 +102,89 @@ def parse_args():
                     help="a Hugging Face model directory (config.json, model.safetensors; e.g. from lmtune init): "
                          "train these weights instead of --model's random ones (any family torch_model knows)")
     ap.add_argument("--num-layers", type=int, default=16, help="lora-all with --model-dir: the last N blocks")
+    ap.add_argument("--compute", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: pure bf16 (weights, activations and trainables bf16; needs --weights bf16)")
+    ap.add_argument("--untuned", action="store_true", help="plain PyTorch: glibc malloc, default ATen capability")
+    ap.add_argument("--openblas-coretype", default=None, help="OPENBLAS_CORETYPE (default: unset, OpenBLAS chooses)")
     ap.add_argument("--blas-dir", default=os.environ.get("LMTUNE_BLAS_DIR"),
                     help="directory holding an optimized libblas.so.3 (e.g. OpenBLAS), put first on LD_LIBRARY_PATH")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.compute == "bf16" and args.weights != "bf16":
+        ap.error("--compute bf16 needs --weights bf16")
+    return args
 
 
-def reexec_with_blas(args):
-    """The loader reads LD_LIBRARY_PATH at start, so set it and re-exec once."""
-    if not args.blas_dir or os.environ.get("_LMTUNE_BENCH_REEXEC"):
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def find_tcmalloc():
+    for d in LIB_DIRS:
+        for name in TCMALLOC:
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def reexec_tuned(args):
+    """The loader reads LD_PRELOAD and LD_LIBRARY_PATH at start, ATen its
+    capability at import: set them and re-exec once."""
+    if os.environ.get("_LMTUNE_BENCH_REEXEC"):
         return
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = args.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     env["_LMTUNE_BENCH_REEXEC"] = "1"
+    if args.blas_dir:
+        env["LD_LIBRARY_PATH"] = args.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    if args.openblas_coretype:
+        env["OPENBLAS_CORETYPE"] = args.openblas_coretype
+    env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    if not args.untuned:
+        tc = find_tcmalloc()
+        if not tc:
+            sys.exit("torch_train.py: tcmalloc not found (scripts/install-deps.sh --bench installs "
+                     "libtcmalloc-minimal4); --untuned runs without it")
+        env["LD_PRELOAD"] = tc + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags()
+        env["ATEN_CPU_CAPABILITY"] = "avx512" if avx512 else "avx2"
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
-def loaded_blas():
+def loaded_libs(word):
     with open("/proc/self/maps") as f:
-        libs = {line.split()[-1] for line in f if "blas" in line.split()[-1]}
+        libs = {line.split()[-1] for line in f if word in line.split()[-1].rsplit("/", 1)[-1]}
     return sorted(libs)
+
+
+def loaded_blas():
+    return loaded_libs("blas")
+
+
+def blas_kernels():
+    """OpenBLAS's kernel family and build, asked from the loaded library."""
+    import ctypes
+    for path in loaded_blas():
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode(), lib.openblas_get_config().decode()
+        except (OSError, AttributeError):
+            continue
+    return None, None
+
+
+def aten_capability(torch):
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage" in line:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 def random_weights(torch, cfg, dtype, gen):
@@ -139,15 +221,19 @@ def random_weights(torch, cfg, dtype, gen):
 
 def main():
     args = parse_args()
-    reexec_with_blas(args)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    reexec_tuned(args)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))   # torch_model, gen_refs' safetensors reader
     import torch
     import torch_model as tm
 
     torch.set_num_threads(args.threads)
+    corename, blas_config = blas_kernels()
+    allocator = ", ".join(os.path.basename(p) for p in loaded_libs("tcmalloc")) or "glibc malloc"
+    capability = aten_capability(torch)
+    print(f"PyTorch {torch.__version__}: BLAS {blas_config or ', '.join(loaded_blas()) or 'none found'}"
+          f" (kernels: {corename or 'unknown'}), allocator {allocator}, ATen CPU capability {capability}, "
+          f"{torch.get_num_threads()} threads, compute {args.compute}", file=sys.stderr, flush=True)
     gen = torch.Generator().manual_seed(args.seed)
     if args.model_dir:
         # the model lmtune trains, weights as stored (bf16 stays bf16, streamed)
@@ -161,7 +247,11 @@ def main():
         cfg = dict(MODELS[args.model])
         wdtype = torch.bfloat16 if args.weights == "bf16" else torch.float32
         weights = random_weights(torch, cfg, wdtype, gen)
-    model = tm.DecoderLM(cfg, weights, compute_dtype=torch.float32, bf16_mode="stream")
+    if args.compute == "bf16":
+        # pure bf16: every weight, activation and trainable in bf16 ("emulate" rounds nothing more)
+        model = tm.DecoderLM(cfg, weights, compute_dtype=torch.bfloat16, bf16_mode="emulate")
+    else:
+        model = tm.DecoderLM(cfg, weights, compute_dtype=torch.float32, bf16_mode="stream")
     del weights
     if args.mode == "lora-qv16":
         model.set_lora(16, ["self_attn.q_proj", "self_attn.v_proj"], 8, 20.0, generator=gen)
@@ -206,6 +296,8 @@ def main():
         "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
         "trainable_params": n_trainable, "tokens_per_step": ntok, "losses": losses,
         "step_times": [round(t, 4) for t in times], "blas": loaded_blas(),
+        "blas_kernels": corename, "blas_config": blas_config, "allocator": allocator,
+        "aten_capability": capability, "compute": args.compute, "tuned": not args.untuned,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "torch": torch.__version__,
     }))
 

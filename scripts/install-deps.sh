@@ -46,7 +46,10 @@ NPM_DIRS=(
   # (tests/llama, a real llama.cpp, has its own installer: below)
 )
 
-BENCH_PKGS="python3-torch python3-numpy libopenblas0-openmp"
+# The benchmark (--bench): PyTorch tuned as a careful user runs it
+# (bench/torch_train.py): OpenBLAS's OpenMP build for its fp32 products and
+# tcmalloc (LD_PRELOAD; glibc's malloc gives memory back every step).
+BENCH_PKGS="python3-torch python3-numpy libopenblas0-openmp libtcmalloc-minimal4"
 
 if [ "$mode" = --test ]; then
   for line in "${TEST_PKGS[@]}"; do PKGS="$PKGS $line"; done

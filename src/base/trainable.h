@@ -16,7 +16,7 @@ typedef struct {
     float *value;
     float *grad;            /* accumulated by model_forward_backward (+=) */
     size_t numel;
-    int ndim;
-    int64_t shape[2];
+    int ndim;               /* 1, 2, or 3 (Qwen3.5's conv1d weights, full fine-tuning) */
+    int64_t shape[3];
 } TrainableTensor;
 #endif

@@ -41,7 +41,7 @@ typedef struct {
 static const ArgSpec INIT_SPECS[] = {
     {"preset", 0, ARG_CHOICE, OFF(preset), "NAME", "architecture preset",
      "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|llama-3.1-8b|"
-     "gemma-3-270m|gemma-3-1b|phi-4-mini|smollm3-3b",
+     "gemma-3-270m|gemma-3-1b|phi-4-mini|smollm3-3b|qwen3.5-0.8b|qwen3.5-2b|qwen3.5-4b|tiny-qwen3.5",
      ARG_UNBOUNDED},
     {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL, ARG_UNBOUNDED},
     {"out", 0, ARG_STRING, OFF(out), "DIR", "output directory (created)", NULL, ARG_UNBOUNDED},
@@ -143,7 +143,7 @@ int cmd_init(int argc, char **argv) {
     char *tok_path = path_join(out, "tokenizer.json");
     if (!tok_path || tokenizer_load(&tok, out) < 0) die_with_error();
     int real_vocab = tokenizer_vocab_size(tok);
-    if (preset && !strcmp(preset, "tiny")) cfg.vocab_size = real_vocab;
+    if (preset && (!strcmp(preset, "tiny") || !strcmp(preset, "tiny-qwen3.5"))) cfg.vocab_size = real_vocab;
     else if (cfg.vocab_size < real_vocab) cfg.vocab_size = real_vocab;
     cfg.eos_token_ids[0] = tokenizer_eos_id(tok); cfg.n_eos = 1;
     cfg.bos_token_id = -1;

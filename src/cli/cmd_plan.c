@@ -80,6 +80,9 @@ static int write_plan_html(const char *path, const RunShape *shape, const RunInp
 static int plan_run(TrainArgs *a, RunData *d, int argc, char **argv) {
     RunShape shape;
     TRY(train_args_run_shape(a, &d->cfg, &shape));
+    char note[512];
+    TRY(train_args_weights_dtype(a, &d->cfg, &shape, note, sizeof note));
+    printf("Frozen products: %s\n", note);
     TRY(run_choose_batch(&shape, &d->in, stdout));
     MemPlan plan;
     ModelSpec spec;

@@ -28,6 +28,7 @@
 #include "dist/dist.h"
 #include "formats/hf_config.h"
 #include "model/model.h"
+#include "kernels/matmul.h"
 #include "report/report_html.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
@@ -120,8 +121,52 @@ static json_t *adam_json(const AdamConfig *c, bool with_decay) {
 
 static json_t *nullable(double v) { return isnan(v) ? json_null() : json_real(v); }
 
-/* MLX-LM writes its whole argument namespace, keys sorted, 4-space indent. */
-static int write_adapter_config(const TrainArgs *a, const char *dir) {
+/* The frozen_products of the run an --resume continues: 1 (found, *out
+ * set), 0 (no record: a run of an older lmtune) or -1 (error set). */
+static int resumed_products(const char *adapter_dir, DType *out) {
+    char *path = path_join(adapter_dir, "adapter_config.json");
+    TRY_PTR(path);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    mem_free(path);
+    if (!j) return 0;
+    const char *v = json_string_value(json_object_get(j, "frozen_products"));
+    int found = v && (!strcmp(v, "bf16") || !strcmp(v, "f32"));
+    if (found) *out = !strcmp(v, "bf16") ? DTYPE_BF16 : DTYPE_F32;
+    json_decref(j);
+    return found;
+}
+
+/* --weights-dtype: the frozen products' dtype, measured under auto, the same
+ * on every worker (rank 0's) and across --resume; printed by rank 0. */
+static int choose_products(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, int rank, int world) {
+    char note[512];
+    bool automatic = !strcmp(a->weights_dtype, "auto");
+    DType prev;
+    int found = automatic && a->resume ? resumed_products(a->adapter_path, &prev) : 0;
+    TRY(found);
+    /* a run resumed on a CPU without bf16 products measures again */
+    if (found && prev == DTYPE_BF16 && !matmul_bf16_supported()) found = 0;
+    if (found) {
+        shape->spec.weight_dtype = prev;
+        snprintf(note, sizeof note, "%s (the choice of the run being resumed: %s/adapter_config.json)",
+                 prev == DTYPE_BF16 ? "bf16" : "fp32", a->adapter_path);
+    } else {
+        TRY(train_args_weights_dtype(a, cfg, shape, note, sizeof note));
+    }
+    if (automatic && world > 1) {
+        double bf16 = rank == 0 && shape->spec.weight_dtype == DTYPE_BF16 ? 1.0 : 0.0;
+        TRY(dist_all_sum_doubles(&bf16, 1));
+        shape->spec.weight_dtype = bf16 > 0.5 ? DTYPE_BF16 : DTYPE_F32;
+    }
+    if (rank == 0) printf("Frozen products: %s\n", note);
+    return 0;
+}
+
+/* MLX-LM writes its whole argument namespace, keys sorted, 4-space indent;
+ * we add the dtype the frozen products took (frozen_products: a --resume of
+ * an auto run takes the same, so that it continues the same computation). */
+static int write_adapter_config(const TrainArgs *a, const char *dir, DType products) {
     json_t *j = json_object();
 #define S(k, v) json_object_set_new(j, k, (v) ? json_string(v) : json_null())
 #define I(k, v) json_object_set_new(j, k, json_integer(v))
@@ -138,6 +183,7 @@ static int write_adapter_config(const TrainArgs *a, const char *dir) {
     I("seed", (json_int_t)a->seed);
     F("epochs", a->epochs); F("max_grad_norm", a->max_grad_norm); S("loss_normalization", a->loss_normalization);
     S("weights_dtype", a->weights_dtype); S("metrics_file", a->metrics_file);
+    S("frozen_products", products == DTYPE_BF16 ? "bf16" : "f32");
 #undef S
 #undef I
 #undef F
@@ -222,6 +268,7 @@ static int run_train(Run *r, int *exit_code) {
     const ModelConfig *cfg = &r->d.cfg;
     RunShape shape;
     TRY(train_args_run_shape(a, cfg, &shape));
+    TRY(choose_products(a, cfg, &shape, rank, world));
     if (a->batch_size == 0) {
         /* Every worker chooses the same; only rank 0 says so. */
         FILE *out = rank == 0 ? stdout : fopen("/dev/null", "w");
@@ -273,7 +320,7 @@ static int run_train(Run *r, int *exit_code) {
         if (a->epochs > 0) printf("Epochs: %g x %d batches = %d iterations\n", a->epochs, r->src.train.n_batches, iters);
         fflush(stdout);
         TRY(dir_ensure(a->adapter_path));
-        if (!a->resume) TRY(write_adapter_config(a, a->adapter_path));
+        if (!a->resume) TRY(write_adapter_config(a, a->adapter_path, spec.weight_dtype));
         record.spec = &spec;
         record.trainable = trainable;
         record.total_params = total;
@@ -322,6 +369,8 @@ static int run_train(Run *r, int *exit_code) {
     train_install_signal_handlers();
     TrainResult res;
     TRY(train_run(&tr, &bs, &r->opt, &tc, &res));
+    /* LMTUNE_MATMUL_PROFILE: the products' CPU seconds, summed over the run */
+    if (rank == 0) matmul_profile_report(true);
     if (world > 1 && rank == 0 && res.updates > 0)
         printf("Gradient all-reduce: %.2f ms per update (%ld all-reduces, %.3f s in all)\n",
                1e3 * dist_comm_seconds() / (double)res.updates, dist_comm_calls(), dist_comm_seconds());

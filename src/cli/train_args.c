@@ -235,7 +235,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
 #define TRAIN_EPILOG \
     "config-file sections (-c FILE.yaml, as mlx_lm.lora), with their defaults:\n" \
     "  lora_parameters:  {rank: 8, scale: 20.0, dropout: 0.0, keys: [every linear of a block]}\n" \
-    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj; scale is PEFT's alpha / rank\n" \
+    "                    keys from self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj (Qwen3.5 also\n" \
+    "                    linear_attn.in_proj_{qkv,z,b,a}, linear_attn.out_proj); scale is PEFT's alpha / rank\n" \
     "  lr_schedule:      {name: cosine_decay | linear_schedule | exponential_decay | step_decay | constant,\n" \
     "                     arguments: [peak, ...], warmup: 0, warmup_init: 0.0}\n" \
     "  optimizer_config: adam: {betas: [0.9, 0.999], eps: 1e-8, bias_correction: false}\n" \
@@ -342,7 +343,9 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             if (p == PROJ_COUNT)
                 return error_set("lora_parameters.keys: \"%s\" is not a linear layer of a block (expected "
                                  "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
-                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj)", a->lora.keys[k]);
+                                 "mlp.gate_proj, mlp.up_proj or mlp.down_proj; Qwen3.5 also "
+                                 "linear_attn.in_proj_qkv, linear_attn.in_proj_z, linear_attn.in_proj_b, "
+                                 "linear_attn.in_proj_a or linear_attn.out_proj)", a->lora.keys[k]);
             spec->lora_keys |= 1u << p;
         }
     }
@@ -355,7 +358,7 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     } else if (!strcmp(a->weights_dtype, "f32")) {
         spec->weight_dtype = DTYPE_F32;
     } else {
-        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype);
+        spec->weight_dtype = matmul_weight_dtype(cfg->torch_dtype); /* train_args_weights_dtype measures */
     }
     spec->training = true;
     out->model_dir = a->model;
@@ -367,5 +370,24 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
     out->optimizer = a->optimizer_config;
     out->memory_limit = a->memory_limit;
     out->effective_batch_size = a->effective_batch_size;
+    return 0;
+}
+
+int train_args_weights_dtype(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, char *note, size_t cap) {
+    if (strcmp(a->weights_dtype, "auto")) {
+        bool bf16 = shape->spec.weight_dtype == DTYPE_BF16;
+        snprintf(note, cap, "%s (--weights-dtype %s; bf16 weights stay bf16 in memory, widened panel by panel in "
+                 "fp32 products, and f32 weights are rounded to bf16 at load for bf16 products)",
+                 bf16 ? "bf16" : "fp32", a->weights_dtype);
+        return 0;
+    }
+    /* the probe's products: a micro-batch's rows, at most 256 */
+    long rows = a->batch_size > 0 && a->max_seq_length > 0 ? (long)a->batch_size * a->max_seq_length : 256;
+    if (rows > 256) rows = 256;
+    ModelSpec probe = shape->spec;
+    probe.grad_checkpoint = a->grad_checkpoint;
+    DType dt;
+    TRY(model_auto_weights_dtype(a->model, cfg, &probe, (int)rows, &dt, note, cap));
+    shape->spec.weight_dtype = dt;
     return 0;
 }

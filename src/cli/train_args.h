@@ -82,4 +82,9 @@ bool train_args_was_set(const TrainArgs *a, const char *name);
  * projections from lora_parameters.keys, frozen dtype, batch, accumulation,
  * checkpointing, sequence length, optimizer and memory limit. */
 int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *out);
+/* The dtype of the frozen products: --weights-dtype f32 or bf16 as given;
+ * auto measured by model_auto_weights_dtype (a start-up probe of the run's
+ * product shapes), replacing train_args_run_shape's first guess in
+ * shape->spec. note: one line saying which and why. */
+int train_args_weights_dtype(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, char *note, size_t cap);
 #endif

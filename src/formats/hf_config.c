@@ -18,12 +18,16 @@
  *             longrope scaling against original_max_position_embeddings,
  *             sliding_window on every layer
  *   smollm3   no RoPE on the layers no_rope_layers (or its interval) marks
+ *   qwen3_5   the common fields from the text config, the rest (Gated
+ *             DeltaNet layers, gated attention, partial rotary, layout) by
+ *             hf_config_qwen35.c
  * Transformers 5's rope_parameters (flat, or per layer type for gemma3) is
  * read as well as rope_theta / rope_scaling. Every size is checked
  * (positive, within sane limits, heads divisible) so later layers can trust
  * the struct. The writer emits the same fields in HF style, and reading
  * them back gives the same struct. */
 #include "hf_config.h"
+#include "hf_config_qwen35.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "one_line.h"
@@ -38,6 +42,7 @@
 #define HF_MAX_CONFIG_BYTES (16u << 20)
 
 enum { F_LLAMA, F_MISTRAL, F_QWEN2, F_QWEN3, F_GEMMA2, F_GEMMA3_TEXT, F_GEMMA3, F_PHI3, F_SMOLLM3 };
+enum { F_QWEN35 = -2 }; /* qwen3_5 / qwen3_5_text: not in the table, hf_config_qwen35.c reads and writes them */
 static const struct { const char *type, *architecture; } families[] = {
     [F_LLAMA] = {"llama", "LlamaForCausalLM"},
     [F_MISTRAL] = {"mistral", "MistralForCausalLM"},
@@ -328,7 +333,8 @@ static int parse_rope(ModelConfig *c, const json_t *o, const char *name, int fam
     TRY(get_number(o, name, "rope_theta", false, def, &c->rope_theta));
     json_t *rs = field(o, "rope_scaling");
     const char *what = "rope_scaling";
-    json_t *rp = field(o, "rope_parameters");
+    /* Qwen3.5's rope_parameters (partial rotary, mrope) are hf_qwen35_parse's */
+    json_t *rp = fam == F_QWEN35 ? NULL : field(o, "rope_parameters");
     json_t *full = NULL, *local = NULL;
     bool per_type = rp && json_is_object(rp) &&
                     (json_object_get(rp, "full_attention") || json_object_get(rp, "sliding_attention"));
@@ -494,6 +500,21 @@ static int parse_root(ModelConfig *c, const json_t *root, const char *name) {
     if (!json_is_string(mt)) return error_set("%s: field \"model_type\" must be a string", name);
     const char *type = json_string_value(mt);
     int fam = family_of(type);
+    if (hf_qwen35_type(type)) {
+        /* Qwen3.5: the common fields are read from the text config (nested or not) */
+        const json_t *text;
+        char text_name[600];
+        TRY(hf_qwen35_select(root, type, name, &text));
+        if (text != root) {
+            snprintf(text_name, sizeof text_name, "%.560s: text_config", name);
+            name = text_name;
+        }
+        snprintf(c->model_type, sizeof c->model_type, "%s", type);
+        TRY(parse_text(c, text, NULL, name, F_QWEN35));
+        TRY(hf_qwen35_parse(c, root, text, name));
+        hf_qwen35_names(c);
+        return 0;
+    }
     if (fam < 0)
         return error_set("%s: model_type \"%.40s\" is not supported (supported: " HF_SUPPORTED_TYPES ")", name, type);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
@@ -713,6 +734,7 @@ static void emit_family(Text *t, const ModelConfig *c, int fam) {
 int hf_config_write(const ModelConfig *c, const char *path) {
     /* Round trip through the parser first: a struct the reader would refuse
      * (or read differently) is not written. */
+    if (c->q35.on) return hf_qwen35_write(c, path);
     int fam = family_of(c->model_type);
     if (fam < 0)
         return error_set("%s: model_type \"%s\" is not supported (supported: " HF_SUPPORTED_TYPES ")", path,

@@ -1,6 +1,7 @@
 /* hf_config.h: a Hugging Face config.json for the decoder families lmtune
  * runs (llama, mistral, qwen2, qwen3, gemma2, gemma3 text and multimodal,
- * phi3, smollm3), read with jansson and checked: a missing or malformed
+ * phi3, smollm3; Qwen3.5's hybrid layout is hf_config_qwen35.c's, in the
+ * q35 member), read with jansson and checked: a missing or malformed
  * field is one error naming the file and the field. The struct says what a
  * family's block looks like (norm style, sandwich norms, activation, fused
  * projections, attention scale and soft-capping, partial rotary) and what
@@ -11,8 +12,10 @@
 #include <stdbool.h>
 #include "base/dtype.h"
 #include "base/rope_scaling.h"
+#include "formats/qwen35_config.h"
 
-#define HF_SUPPORTED_TYPES "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, phi3, smollm3"
+#define HF_SUPPORTED_TYPES \
+    "llama, mistral, qwen2, qwen3, qwen3_5, qwen3_5_text, gemma2, gemma3_text, gemma3, phi3, smollm3"
 enum { HF_MAX_LAYERS = 10000 };
 /* layer_flags bits */
 enum { LAYER_SLIDING = 1, LAYER_NOPE = 2 };
@@ -45,7 +48,8 @@ typedef struct {
                                  * or sliding_window_pattern; smollm3: its NoPE layers if asked */
 
     /* --- the block's shape (defaults: the llama block) --- */
-    bool norm_plus_one;         /* gemma: RMSNorm weights are zero-centred and used as 1 + w */
+    bool norm_plus_one;         /* gemma, Qwen3.5 in transformers' layout: RMSNorm weights are
+                                 * zero-centred and used as 1 + w */
     bool sandwich_norms;        /* gemma2/3: attention and MLP outputs are normed before the residual
                                  * add (post_attention_layernorm, post_feedforward_layernorm) and the
                                  * MLP input norm is pre_feedforward_layernorm */
@@ -66,6 +70,9 @@ typedef struct {
     char adapter_prefix[32];    /* the same modules' path in MLX-LM (adapter keys) */
     char head_name[48];         /* the untied LM head's tensor */
     unsigned char layer_flags[HF_MAX_LAYERS]; /* LAYER_* per layer */
+    Qwen35Config q35;           /* Qwen3.5's hybrid blocks (q35.on); see qwen35_config.h. Its
+                                 * prefix, adapter_prefix, head_name and rotary_dim are copied into
+                                 * the fields above (hf_qwen35_names) */
 } ModelConfig;
 
 /* A zeroed config of model_type with the llama block's tensor names

@@ -4,12 +4,16 @@
 #include "model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "formats/hf_config_qwen35.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 const char *const PROJ_KEYS[PROJ_COUNT] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.qkv_proj", "mlp.gate_up_proj",
+    "linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
+    "linear_attn.out_proj",
 };
 
 unsigned hf_block_projections(const ModelConfig *c) {
@@ -23,7 +27,7 @@ void hf_proj_shape(const ModelConfig *c, int p, int64_t *out, int64_t *in) {
     int64_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
     int64_t QD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     switch (p) {
-    case PROJ_Q: *out = QD; *in = C; break;
+    case PROJ_Q: *out = c->q35.on ? 2 * QD : QD; *in = C; break; /* Qwen3.5: query and output gate */
     case PROJ_K: case PROJ_V: *out = KVD; *in = C; break;
     case PROJ_O: *out = C; *in = QD; break;
     case PROJ_GATE: case PROJ_UP: *out = F; *in = C; break;
@@ -99,11 +103,12 @@ static void add(ModelTensorSpec *s, size_t *k, const char *prefix, int layer, co
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
+    t->shape[2] = 0;
 }
 
 int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
+    *out = NULL; *n = 0;
+    if (c->q35.on) return qwen35_tensor_specs(c, out, n);
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
     int64_t H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
     if (C <= 0 || F <= 0 || V <= 0 || L <= 0 || H <= 0 || KVH <= 0 || D <= 0)
@@ -185,4 +190,56 @@ size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first
     }
     mem_free(specs);
     return total;
+}
+
+int model_tensors_resolve(ModelConfig *c, const StModel *m) {
+    if (!c->q35.on) {
+        model_tensors_detect_prefix(c, m);
+        return 0;
+    }
+    TRY(qwen35_detect_layout(c, m));
+    hf_qwen35_names(c);
+    return 0;
+}
+
+const char *model_file_prefix(const ModelConfig *c) { return c->prefix; }
+const char *model_adapter_prefix(const ModelConfig *c) { return c->adapter_prefix; }
+
+/* canonical "model.X" -> prefix "X"; "lm_head.weight" -> head (when given) */
+static const char *rename_canonical(char *buf, size_t cap, const char *canon, const char *prefix, const char *head) {
+    if (head && !strcmp(canon, "lm_head.weight")) snprintf(buf, cap, "%s", head);
+    else if (!strncmp(canon, "model.", 6)) snprintf(buf, cap, "%s%s", prefix, canon + 6);
+    else snprintf(buf, cap, "%s", canon);
+    return buf;
+}
+
+const char *model_tensor_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
+    char canon[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(canon, sizeof canon, fmt, ap);
+    va_end(ap);
+    return rename_canonical(buf, cap, canon, model_file_prefix(c), c->head_name);
+}
+
+const char *model_module_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
+    char canon[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(canon, sizeof canon - 8, fmt, ap);
+    va_end(ap);
+    strcat(canon, ".weight");
+    rename_canonical(buf, cap, canon, model_file_prefix(c), c->head_name);
+    size_t n = strlen(buf);
+    if (n >= 7 && !strcmp(buf + n - 7, ".weight")) buf[n - 7] = 0;
+    return buf;
+}
+
+const char *model_adapter_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
+    char canon[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(canon, sizeof canon, fmt, ap);
+    va_end(ap);
+    return rename_canonical(buf, cap, canon, model_adapter_prefix(c), NULL);
 }

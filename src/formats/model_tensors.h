@@ -17,13 +17,22 @@
 #include "formats/safetensors.h"
 #include "formats/mlx_quant.h"
 
-/* The linear projections a block can have, in MLX-LM key order. A family
- * uses a subset (hf_block_projections): llama-like blocks q, k, v, o, gate,
- * up, down; phi3 qkv, o, gate_up, down. */
-enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, PROJ_QKV, PROJ_GATE_UP, PROJ_COUNT };
-extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "mlp.gate_up_proj" */
+/* The linear projections a block can have, in MLX-LM key order. A block
+ * uses a subset: llama-like blocks q, k, v, o, gate, up, down
+ * (hf_block_projections); phi3 qkv, o, gate_up, down; Qwen3.5's Gated
+ * DeltaNet blocks the five linear_attn projections and the same MLP. */
+enum {
+    PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, PROJ_QKV, PROJ_GATE_UP,
+    PROJ_LQKV, PROJ_LZ, PROJ_LB, PROJ_LA, PROJ_LOUT, PROJ_COUNT
+};
+extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "linear_attn.out_proj" */
 #define PROJ_ALL ((1u << PROJ_COUNT) - 1)
-/* Bitmask (1u << PROJ_*) of the projections of c's blocks. */
+#define PROJ_MLP ((1u << PROJ_GATE) | (1u << PROJ_UP) | (1u << PROJ_DOWN))
+#define PROJ_ATTN_BLOCK ((1u << PROJ_Q) | (1u << PROJ_K) | (1u << PROJ_V) | (1u << PROJ_O) | PROJ_MLP)
+#define PROJ_GDN_BLOCK ((1u << PROJ_LQKV) | (1u << PROJ_LZ) | (1u << PROJ_LB) | (1u << PROJ_LA) | \
+                        (1u << PROJ_LOUT) | PROJ_MLP)
+/* Bitmask (1u << PROJ_*) of the projections of c's attention blocks (every
+ * block but Qwen3.5's Gated DeltaNet ones). */
 unsigned hf_block_projections(const ModelConfig *c);
 /* (out, in) of projection p. */
 void hf_proj_shape(const ModelConfig *c, int p, int64_t *out, int64_t *in);
@@ -57,8 +66,8 @@ int block_tensors(const ModelConfig *c, BlockTensor *out);
 
 typedef struct {
     char name[96];        /* e.g. "model.layers.3.self_attn.q_proj.weight" */
-    int ndim;             /* 1 or 2 */
-    int64_t shape[2];
+    int ndim;             /* 1, 2, or 3 (Qwen3.5's conv1d weights) */
+    int64_t shape[3];
 } ModelTensorSpec;
 
 /* Module paths (tensor names without ".weight") of the embedding table
@@ -87,4 +96,28 @@ void model_tensors_detect_prefix(ModelConfig *c, const StModel *m);
  * of the first tensor holding one goes to `first` (may be NULL). Returns 0
  * for header-only models. Call after model_check_tensors. */
 size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first, size_t first_cap);
+
+/* Fixes what config.json cannot say about the files: for Qwen3.5, where the
+ * text weights are and whether they are in transformers' or MLX-LM's layout
+ * (qwen35_detect_layout). No-op for the other families. */
+int model_tensors_resolve(ModelConfig *c, const StModel *m);
+/* A tensor's name in the files from its canonical name, printf-style:
+ * "model.X" -> the text prefix + "X", "lm_head.weight" -> the head's name.
+ * Identity for every family but Qwen3.5. */
+const char *model_tensor_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A module's path in the files (a tensor name without ".weight") from its
+ * canonical path: "lm_head" -> the head's module. */
+const char *model_module_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The name of a canonical "model.layers...." tensor in adapter files (MLX-LM's
+ * module paths: "language_model.model.layers...." for qwen3_5). */
+const char *model_adapter_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The prefix "model.layers.N..." names take in adapter files and in files. */
+const char *model_adapter_prefix(const ModelConfig *c);
+const char *model_file_prefix(const ModelConfig *c);
+
+int qwen35_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n);
+int qwen35_detect_layout(ModelConfig *c, const StModel *m);
 #endif

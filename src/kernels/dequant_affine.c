@@ -2,16 +2,22 @@
  * per-group scales and biases; see dequant.h for the layout and the exact
  * value) into F32 or BF16 tiles. 4- and 8-bit codes, the common ones, are
  * unpacked 16 at a time with vector shuffles and variable shifts; 2, 3, 5
- * and 6 bits read each code through a 16-bit window of the bit stream. */
+ * and 6 bits read each code through a 16-bit window of the bit stream.
+ * Compiled twice in the portable build (kernels/isa.h): the AVX-512 compile
+ * unpacks 16 codes with one zero-extending load and variable shifts
+ * (affine_codes.h); both give the same bits. */
 #include "kernels/dequant.h"
 #include "kernels/affine_codes.h"
+#include "kernels/isa.h"
 
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 float affine_value(float s, float b, unsigned q, DType t) {
     if (t == DTYPE_F32) return mul_add_f32(s, (float)q, b);
     float v = s * (float)q + b;  /* s * q is exact for a 16-bit s: one rounding */
     if (t == DTYPE_BF16) return bf16_to_f32(f32_to_bf16(v));
     return f16_to_f32(f32_to_f16(v));
 }
+#endif
 
 /* One group of `group` codes of a row into dst (type out), vectorised:
  * 4/8 bits, T = BF16 or F32 with an F32 destination or BF16 (T = BF16). */
@@ -39,7 +45,7 @@ static void group_vec(const uint8_t *row, int bits, size_t c, int group, float s
     }
 }
 
-void affine_expand(const uint8_t *packed, size_t row_bytes, const void *scales, const void *biases, DType t,
+void ISA_FN(affine_expand)(const uint8_t *packed, size_t row_bytes, const void *scales, const void *biases, DType t,
                    int bits, int group, int cols, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
     size_t groups_per_row = (size_t)cols / (size_t)group;
     size_t esize = out == DTYPE_F32 ? 4 : 2;

@@ -8,6 +8,7 @@
 #include "kernels/dequant.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/matmul.h"
+#include "kernels/vec.h"
 #include "base/error.h"
 #include <string.h>
 
@@ -15,6 +16,10 @@
  * the last-level cache while oneDNN reads it, and large enough that the
  * other operand is streamed only a few times per product. */
 #define FW_PANEL_BUDGET ((size_t)4 << 20)
+/* The input gradient expands panels of whole columns when one holds at
+ * least this many (or all): narrower ones make thin products; else it takes
+ * panels of rows and sums their products (an LM head: V rows). */
+#define FW_MIN_PANEL_COLS 128
 
 static void *fw_panel;
 static size_t fw_panel_size;
@@ -80,7 +85,8 @@ static void plain_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, 
     for (int r = 0; r < nr; r++) {
         const char *src = (const char *)w->data + ((size_t)(r0 + r) * (size_t)w->cols + (size_t)c0) * es;
         char *d = (char *)dst + (size_t)r * ld * eo;
-        if (out == DTYPE_F32) dtype_to_f32((float *)d, src, w->dtype, (size_t)nc);
+        if (out == DTYPE_F32 && w->dtype == DTYPE_BF16) matmul_bf16_to_f32((float *)d, (const uint16_t *)src, (size_t)nc);
+        else if (out == DTYPE_F32) dtype_to_f32((float *)d, src, w->dtype, (size_t)nc);
         else if (w->dtype == DTYPE_BF16) memcpy(d, src, (size_t)nc * 2);
         else if (w->dtype == DTYPE_F32) matmul_f32_to_bf16((uint16_t *)d, (const float *)src, (size_t)nc);
         else
@@ -152,6 +158,30 @@ static void expand_cols_par(const FrozenWeight *w, int c0, int nc, DType out, vo
         fw_expand(w, r, 1, c0, nc, out, (char *)dst + (size_t)r * nc * eo, (size_t)nc);
 }
 
+/* out (N, rows) = x (N, cols) W^T (+ bias) for a few rows of x and W plain
+ * bf16, widening each weight in registers (decoding in fp32 products: no
+ * panel of the whole matrix per token). Sums in a fixed order. */
+static void plain_gemv_bf16(float *out, const float *x, const FrozenWeight *w, const float *bias, int N) {
+    int rows = w->rows, cols = w->cols;
+    #pragma omp parallel for schedule(static) if ((size_t)rows * cols > 65536)
+    for (int o = 0; o < rows; o++) {
+        const uint16_t *wr = (const uint16_t *)w->data + (size_t)o * cols;
+        for (int n = 0; n < N; n++) {
+            const float *xr = x + (size_t)n * cols;
+            v16 acc = splat16(0.0f);
+            int c = 0;
+            for (; c + 16 <= cols; c += 16) {
+                v16w h = __builtin_convertvector(*(const v16hu *)(wr + c), v16w) << 16;
+                acc += (v16)h * load16(xr + c);
+            }
+            float sum = 0.0f;
+            for (int t = 0; t < 16; t++) sum += acc[t];
+            for (; c < cols; c++) sum += bf16_to_f32(wr[c]) * xr[c];
+            out[(size_t)n * rows + o] = sum + (bias ? bias[o] : 0.0f);
+        }
+    }
+}
+
 void fw_linear_forward(float *out, const float *x, const uint16_t *x16, const FrozenWeight *w,
                        const float *bias, int N) {
     int rows = w->rows, cols = w->cols;
@@ -165,6 +195,10 @@ void fw_linear_forward(float *out, const float *x, const uint16_t *x16, const Fr
     if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_AFFINE && x) {
         affine_gemv(out, (size_t)rows, x, w->data, w->row_bytes, w->scales, w->biases, w->dtype, w->bits,
                     w->group, rows, cols, bias, N);
+        return;
+    }
+    if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_PLAIN && w->dtype == DTYPE_BF16 && !bf && x) {
+        plain_gemv_bf16(out, x, w, bias, N);
         return;
     }
     const void *a = x;
@@ -198,9 +232,10 @@ void fw_linear_backward_dinp(float *dx, float beta, const float *dout, const uin
         else a = matmul_bf16_input(dout, (size_t)N, (size_t)rows);
     }
     size_t align = (size_t)fw_col_align(w);
-    if ((size_t)rows * align * es <= FW_PANEL_BUDGET) {
+    size_t pc = FW_PANEL_BUDGET / ((size_t)rows * es) / align * align;
+    size_t min_pc = align > FW_MIN_PANEL_COLS ? align : FW_MIN_PANEL_COLS;
+    if (pc >= (size_t)cols || (pc >= min_pc && pc > 0)) {
         /* panels of whole columns: each column of dx is written by one product */
-        size_t pc = FW_PANEL_BUDGET / ((size_t)rows * es) / align * align;
         if (pc > (size_t)cols) pc = (size_t)cols;
         void *panel = panel_for(pc * rows * es, "fw_linear_backward_dinp");
         for (size_t c0 = 0; c0 < (size_t)cols; c0 += pc) {

@@ -6,9 +6,11 @@
  * weight of the model once per token, so this is memory-bound: 4-bit codes
  * move a quarter of the bytes of bf16 weights. Threads split the output
  * features. The result equals x times the dequantized weights up to float
- * rounding (MLX's qmv computes the same sums). */
+ * rounding (MLX's qmv computes the same sums). Compiled twice in the
+ * portable build (kernels/isa.h), like the expansion; same bits. */
 #include "kernels/dequant.h"
 #include "kernels/affine_codes.h"
+#include "kernels/isa.h"
 
 static inline float hsum16(v16 v) {
     float s = 0.0f;
@@ -41,7 +43,7 @@ static float dot_row(const float *x, const float *xs, const uint8_t *row, size_t
     return acc + hsum16(accv);
 }
 
-void affine_gemv(float *y, size_t ldy, const float *x, const uint8_t *packed, size_t row_bytes,
+void ISA_FN(affine_gemv)(float *y, size_t ldy, const float *x, const uint8_t *packed, size_t row_bytes,
                  const void *scales, const void *biases, DType t, int bits, int group,
                  int rows, int cols, const float *bias, int N) {
     int gpr = cols / group;

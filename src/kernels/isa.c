@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dequant.h"
+#include "kernels/gated_delta.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -69,6 +71,11 @@ extern __typeof__(attention_forward) attention_forward_base, attention_forward_a
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+extern __typeof__(matmul_bf16_to_f32) matmul_bf16_to_f32_base, matmul_bf16_to_f32_avx512;
+extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
+extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
+extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
+extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                        int KVH, int D, const AttnParams *ap) {
@@ -102,6 +109,55 @@ void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
         matmul_f32_to_bf16_avx512(dst, src, n);
     } else {
         matmul_f32_to_bf16_base(dst, src, n);
+    }
+}
+void matmul_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    if (isa_avx512()) {
+        matmul_bf16_to_f32_avx512(dst, src, n);
+    } else {
+        matmul_bf16_to_f32_base(dst, src, n);
+    }
+}
+
+void affine_expand(const uint8_t *packed, size_t row_bytes, const void *scales, const void *biases, DType t,
+                   int bits, int group, int cols, int r0, int nr, int c0, int nc, DType out, void *dst, size_t ld) {
+    if (isa_avx512()) {
+        affine_expand_avx512(packed, row_bytes, scales, biases, t, bits, group, cols, r0, nr, c0, nc, out, dst, ld);
+    } else {
+        affine_expand_base(packed, row_bytes, scales, biases, t, bits, group, cols, r0, nr, c0, nc, out, dst, ld);
+    }
+}
+
+void affine_gemv(float *y, size_t ldy, const float *x, const uint8_t *packed, size_t row_bytes,
+                 const void *scales, const void *biases, DType t, int bits, int group,
+                 int rows, int cols, const float *bias, int N) {
+    if (isa_avx512()) {
+        affine_gemv_avx512(y, ldy, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    } else {
+        affine_gemv_base(y, ldy, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    }
+}
+
+void gated_delta_forward(float *out, float *chunk_states, float *state, const float *q, int ldq, const float *k,
+                         int ldk, const float *v, int ldv, const float *g, const float *beta, float *workspace,
+                         int threads, const GdnShape *s) {
+    if (isa_avx512()) {
+        gated_delta_forward_avx512(out, chunk_states, state, q, ldq, k, ldk, v, ldv, g, beta, workspace, threads, s);
+    } else {
+        gated_delta_forward_base(out, chunk_states, state, q, ldq, k, ldk, v, ldv, g, beta, workspace, threads, s);
+    }
+}
+
+void gated_delta_backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout,
+                          const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
+                          const float *g, const float *beta, const float *chunk_states, float *workspace,
+                          int threads, const GdnShape *s) {
+    if (isa_avx512()) {
+        gated_delta_backward_avx512(dq, dk, dv, dg, dbeta, dout, q, ldq, k, ldk, v, ldv, g, beta, chunk_states,
+                                    workspace, threads, s);
+    } else {
+        gated_delta_backward_base(dq, dk, dv, dg, dbeta, dout, q, ldq, k, ldk, v, ldv, g, beta, chunk_states,
+                                  workspace, threads, s);
     }
 }
 #endif

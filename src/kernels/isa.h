@@ -5,7 +5,9 @@
  * The default build is compiled for a portable baseline (x86-64-v3: AVX2,
  * FMA) and compiles the kernels whose speed depends on AVX-512 a second
  * time with AVX-512 enabled (Makefile: ISA_SRC): attention's register-blocked
- * tiles, the LM head's softmax and the rounding of activations to bf16.
+ * tiles, the LM head's softmax, the rounding of activations to bf16, the
+ * expansion and fused GEMV of MLX affine-quantized weights, and the chunked
+ * gated delta rule (Gated DeltaNet).
  * Their entry points are then named through ISA_FN (name_base in the
  * baseline object, name_avx512 in the other) and kernels/isa.c defines the
  * public name, which calls the variant chosen at start-up. Both variants do

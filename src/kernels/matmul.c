@@ -124,8 +124,31 @@ bool matmul_bf16_supported(void) {
     return ok;
 }
 
+const char *matmul_isa_name(void) {
+    matmul_bf16_supported(); /* creates the engine: LMTUNE_NO_AVX512's cap on the ISA is set by then */
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+    }
+}
+
+bool matmul_bf16_native(void) {
+    if (!matmul_bf16_supported()) return false;
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
 DType matmul_weight_dtype(DType stored) {
-    return stored == DTYPE_BF16 && matmul_bf16_supported() ? DTYPE_BF16 : DTYPE_F32;
+    return stored == DTYPE_BF16 && matmul_bf16_native() ? DTYPE_BF16 : DTYPE_F32;
 }
 
 /* CPU seconds of the whole process (all threads): on a shared, loaded

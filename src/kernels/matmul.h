@@ -69,13 +69,22 @@ void matmul_release_all(void);
  * AVX-512 on (AVX512_CORE, native with AVX512_BF16), none below (oneDNN 2.6
  * on AVX2, or with LMTUNE_NO_AVX512); asked once. */
 bool matmul_bf16_supported(void);
-/* The dtype frozen matrices stored as `stored` are multiplied in by
- * default: BF16 where bf16 products exist, else F32 (so a bf16 model runs
- * everywhere, converted at load where bf16 products do not exist). */
+/* oneDNN's instruction set on this CPU, e.g. "avx512_core_bf16", "avx2". */
+const char *matmul_isa_name(void);
+/* True when that set multiplies bf16 natively (AVX512_BF16 or AMX), rather
+ * than through fp32 (AVX-512 without BF16) or not at all. */
+bool matmul_bf16_native(void);
+/* The dtype frozen matrices stored as `stored` are multiplied in when no
+ * probe decides (generation, evaluation, the plan's first guess): BF16 for
+ * bf16 weights where oneDNN multiplies bf16 natively, else F32 (bf16
+ * weights then stay bf16 in memory, widened panel by panel inside the
+ * products). lmtune train measures instead (model_auto_weights_dtype). */
 DType matmul_weight_dtype(DType stored);
 
 /* Rounds n floats to bf16 (nearest even); OpenMP-parallel for large n. */
 void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* Widens n bf16 numbers to floats (exact); single-threaded. */
+void matmul_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 /* Rounds src (rows, cols) to bf16 into the conversion scratch set by
  * matmul_set_scratch and returns it: one conversion for several products
  * that read the same input (linear_forward_bf16_input leaves it intact;

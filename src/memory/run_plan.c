@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/sys.h"
 #include "data/batching.h"
+#include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include <string.h>
@@ -34,6 +35,16 @@ static size_t library_scratch_bytes(const ModelConfig *c, const ModelSpec *s, in
     size_t N = (size_t)s->max_rows * (s->max_tokens > 0 ? s->max_tokens : 1);
     size_t widest = (size_t)c->intermediate_size > (size_t)c->hidden_size ? (size_t)c->intermediate_size : (size_t)c->hidden_size;
     size_t primitives = (size_t)(distinct_widths > 0 ? distinct_widths : 1) * 24;
+    if (c->q35.on) {
+        /* Qwen3.5: the Gated DeltaNet's in_proj_qkv and the gated q_proj are wider, and its
+         * two block kinds make about twice the products */
+        const Qwen35Config *q = &c->q35;
+        size_t cc = 2 * (size_t)q->k_heads * q->k_dim + (size_t)q->v_heads * q->v_dim;
+        size_t qg = 2 * (size_t)c->num_attention_heads * c->head_dim;
+        if (cc > widest) widest = cc;
+        if (qg > widest) widest = qg;
+        primitives *= 2;
+    }
     if (primitives > 256) primitives = 256;
     return ((size_t)4 << 20) + primitives * 210000 + N * widest * 2;
 }
@@ -73,15 +84,32 @@ int run_plan_build(const RunShape *a, const RunInputs *in, MemPlan *plan, ModelS
     Carver cv = {NULL, plan};
     /* Plan for the matrices as they really are in the file (config.json's
      * torch_dtype may say otherwise; quantized modules): read from the
-     * safetensors headers and config.json's quantization. */
+     * safetensors headers and config.json's quantization; the layout of the
+     * weights (Qwen3.5: names, transformers' or MLX-LM's conventions) as the
+     * load will see it. */
+    ModelConfig *cfg = mem_alloc(sizeof *cfg);
+    TRY_PTR(cfg);
+    *cfg = *in->cfg;
+    int rc = 0;
+    if (cfg->q35.on) {
+        StModel st;
+        rc = st_model_open(&st, a->model_dir, true);
+        if (rc == 0) {
+            rc = model_tensors_resolve(cfg, &st);
+            st_model_close(&st);
+        }
+    }
     WeightsSummary ws;
-    TRY(model_weights_summary(a->model_dir, in->cfg, &ws));
-    TRY(model_layout_summary(in->cfg, spec, &ws, &cv));
-    TRY(model_plan_weights(a->model_dir, in->cfg, spec, plan));
-    TrainableTensor *list; size_t n;
-    TRY(model_trainable_list(in->cfg, spec, &list, &n));
+    if (rc == 0) rc = model_weights_summary(a->model_dir, cfg, &ws);
+    if (rc == 0) rc = model_layout_summary(cfg, spec, &ws, &cv);
+    if (rc == 0) rc = model_plan_weights(a->model_dir, cfg, spec, plan);
+    TrainableTensor *list = NULL;
+    size_t n = 0;
+    if (rc == 0) rc = model_trainable_list(cfg, spec, &list, &n);
+    mem_free(cfg);
+    TRY(rc);
     Optimizer probe;
-    int rc = optimizer_layout(&probe, &a->optimizer, list, n, &cv);
+    rc = optimizer_layout(&probe, &a->optimizer, list, n, &cv);
     if (rc == 0) optimizer_free(&probe);
     mem_free(list);
     TRY(rc);
@@ -185,7 +213,9 @@ int run_levers(const RunShape *a, const RunInputs *in, RunLever *lever) {
         v->spec.weight_dtype = DTYPE_BF16;
         snprintf(lever[nl].what, sizeof lever[nl].what, "--weights-dtype bf16");
         lever[nl].total = run_plan_total(v, in);
-        nl++;
+        /* bf16 weights stay bf16 in fp32 products too: the lever saves memory
+         * on F32 weights only (rounded to bf16 at load) */
+        if (lever[nl].total && lever[nl].total < run_plan_total(a, in)) nl++;
     }
     return nl;
 }

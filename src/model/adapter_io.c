@@ -3,6 +3,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
+#include "formats/model_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include <stdio.h>
@@ -74,6 +75,14 @@ int model_open_inference(Model **out, Arena *arena, const char *model_dir, const
                          int rows, int tokens, int kv_tokens) {
     ModelConfig cfg;
     TRY(model_config_load(model_dir, &cfg));
+    if (cfg.q35.on) {
+        /* plan for the weights' layout as the load will see it */
+        StModel st;
+        TRY(st_model_open(&st, model_dir, true));
+        int rc = model_tensors_resolve(&cfg, &st);
+        st_model_close(&st);
+        TRY(rc);
+    }
     ModelSpec spec = {0};
     spec.type = TUNE_NONE;
     spec.num_layers = -1;

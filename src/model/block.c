@@ -7,13 +7,16 @@
  * are separate projections or one fused projection each (phi3); act is silu
  * or tanh-GELU; RoPE covers the first rd dims of a head with the layer's
  * table set, or is skipped on NoPE layers; attention has the layer's scale,
- * sliding window and soft-cap. The forward writes every activation the
- * backward reads into a BlockActs set; the backward turns m->sc.dres from
- * d(block output) into d(block input), accumulating parameter gradients on
- * the way. */
+ * sliding window and soft-cap. Qwen3.5's attention is gated: q_proj also
+ * yields a per-head output gate and o_proj reads att * sigmoid(gate); its
+ * linear blocks replace the attention by the Gated DeltaNet (block_gdn.c).
+ * The forward writes every activation the backward reads into a BlockActs
+ * set; the backward turns m->sc.dres from d(block output) into d(block
+ * input), accumulating parameter gradients on the way. */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
 #include "base/profile.h"
+#include <math.h>
 #include <string.h>
 
 static void add_inplace(float *y, const float *x, size_t n) {
@@ -32,6 +35,50 @@ static void zero(float *p, size_t n) {
         memset(p + b, 0, k * sizeof *p);
     }
 }
+
+/* ------------------------------------------------------- Qwen3.5's gate */
+
+/* qg (N, H, 2D): per head the query, then its gate -> q (N, H, D), gate (N, H, D). */
+static void split_query_gate(float *q, float *gate, const float *qg, int NH, int D) {
+    #pragma omp parallel for schedule(static) if ((size_t)NH * D > 32768)
+    for (int i = 0; i < NH; i++) {
+        memcpy(q + (size_t)i * D, qg + (size_t)i * 2 * D, (size_t)D * sizeof(float));
+        memcpy(gate + (size_t)i * D, qg + (size_t)i * 2 * D + D, (size_t)D * sizeof(float));
+    }
+}
+
+static void join_query_gate(float *dqg, const float *dq, const float *dgate, int NH, int D) {
+    #pragma omp parallel for schedule(static) if ((size_t)NH * D > 32768)
+    for (int i = 0; i < NH; i++) {
+        memcpy(dqg + (size_t)i * 2 * D, dq + (size_t)i * D, (size_t)D * sizeof(float));
+        memcpy(dqg + (size_t)i * 2 * D + D, dgate + (size_t)i * D, (size_t)D * sizeof(float));
+    }
+}
+
+/* out = att * sigmoid(gate) */
+static void gate_forward(float *out, const float *att, const float *gate, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) out[i] = att[i] / (1.0f + expf(-gate[i]));
+}
+
+/* datt (in place on dout) = dout sigmoid(gate); dgate = dout att sigmoid' (gate) */
+static void gate_backward(float *dout_datt, float *dgate, const float *att, const float *gate, size_t n) {
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-gate[i]));
+        float g = dout_datt[i];
+        dgate[i] = g * att[i] * s * (1.0f - s);
+        dout_datt[i] = g * s;
+    }
+}
+
+const float *block_attn_out_input(Model *m, const BlockActs *a, int N) {
+    if (!m->d.attn_gate) return a->att;
+    PROF(PROF_ELEMENT, gate_forward(a->ag, a->att, a->agate, (size_t)N * m->d.QD));
+    return a->ag;
+}
+
+/* ------------------------------------------------------------ attention */
 
 /* A fused qkv_proj row is [q (QD) | k (KVD) | v (KVD)]: split into the three
  * tensors, or (gather) put their gradients back into one row. */
@@ -70,7 +117,12 @@ void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N) {
         proj_forward(m, bp, layer, PROJ_QKV, m->qkv_tmp, a->ln1, x16, a->xa[PROJ_QKV], N, false);
         PROF(PROF_ELEMENT, qkv_split(d, q, k, a->v, m->qkv_tmp, N, false));
     } else {
-        proj_forward(m, bp, layer, PROJ_Q, q, a->ln1, x16, a->xa[PROJ_Q], N, false);
+        if (d->attn_gate) {
+            proj_forward(m, bp, layer, PROJ_Q, a->qg, a->ln1, x16, a->xa[PROJ_Q], N, false);
+            PROF(PROF_ELEMENT, split_query_gate(q, a->agate, a->qg, N * d->H, d->D));
+        } else {
+            proj_forward(m, bp, layer, PROJ_Q, q, a->ln1, x16, a->xa[PROJ_Q], N, false);
+        }
         proj_forward(m, bp, layer, PROJ_K, k, a->ln1, x16, a->xa[PROJ_K], N, false);
         proj_forward(m, bp, layer, PROJ_V, a->v, a->ln1, x16, a->xa[PROJ_V], N, false);
     }
@@ -80,7 +132,7 @@ void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N) {
     }
 }
 
-void block_mlp_forward(Model *m, int layer, const BlockActs *a, int N) {
+void block_glu_forward(Model *m, int layer, const BlockActs *a, int N) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[layer];
     const uint16_t *x16 = proj_shared_input(bp, gate_up_mask(d), a->ln2, N, d->C);
@@ -93,11 +145,8 @@ void block_mlp_forward(Model *m, int layer, const BlockActs *a, int N) {
     PROF(PROF_SWIGLU, glu_forward(a->act, a->gate, a->up, (size_t)N, (size_t)d->F, (size_t)d->gu_ld, d->act));
 }
 
-/* recompute: rebuilding a checkpointed block for its backward pass; the
- * down projection's base product (only needed for the block output) is
- * skipped, its x@A is still computed, unless a sandwich norm follows it
- * (its backward reads the product). */
-void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B, int T, bool recompute) {
+/* x_mid = x_in + post1(o(attn(rope(q), rope(k), v) [* sigmoid(gate)])) */
+static void attention_mixer_forward(Model *m, int layer, const BlockActs *a, int B, int T) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[layer];
     int N = B * T, C = d->C;
@@ -111,15 +160,29 @@ void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B,
     }
     PROF(PROF_ATTN_FWD, attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, d->H, d->KVH, d->D,
                                           &m->attn[layer]));
+    const float *o_in = block_attn_out_input(m, a, N);
     if (d->sandwich) {
-        proj_forward(m, bp, layer, PROJ_O, a->o, a->att, NULL, a->xa[PROJ_O], N, false);
+        proj_forward(m, bp, layer, PROJ_O, a->o, o_in, NULL, a->xa[PROJ_O], N, false);
         PROF(PROF_NORM, rmsnorm_forward(a->x_mid, a->prstd1, a->o, bp->pn1, off, eps, N, C));
     } else {
-        proj_forward(m, bp, layer, PROJ_O, a->x_mid, a->att, NULL, a->xa[PROJ_O], N, false);
+        proj_forward(m, bp, layer, PROJ_O, a->x_mid, o_in, NULL, a->xa[PROJ_O], N, false);
     }
     PROF(PROF_ELEMENT, add_inplace(a->x_mid, a->x_in, (size_t)N * C));
+}
+
+/* ------------------------------------------------------------------ MLP */
+
+/* recompute: rebuilding a checkpointed block for its backward pass; the
+ * down projection's base product (only needed for the block output) is
+ * skipped, its x@A is still computed, unless a sandwich norm follows it
+ * (its backward reads the product). */
+void block_mlp_forward(Model *m, int layer, const BlockActs *a, float *x_out, int N, bool recompute) {
+    const Dims *d = &m->d;
+    const BlockParams *bp = &m->blocks[layer];
+    int C = d->C;
+    float eps = m->cfg.rms_norm_eps, off = d->norm_off;
     PROF(PROF_NORM, rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2, off, eps, N, C));
-    block_mlp_forward(m, layer, a, N);
+    block_glu_forward(m, layer, a, N);
     if (d->sandwich) {
         proj_forward(m, bp, layer, PROJ_DOWN, a->mlp, a->act, NULL, a->xa[PROJ_DOWN], N, false);
         /* recompute: only the rstd is needed; the normed output goes to scratch */
@@ -146,11 +209,11 @@ static const float *post_norm_backward(Model *m, float *dw, const float *x, cons
     return sc->dpost;
 }
 
-void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
+void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[layer];
     Scratch *sc = &m->sc;
-    int N = B * T, C = d->C;
+    int C = d->C;
     size_t NF = (size_t)N * d->F, NG = (size_t)N * d->gu_ld;
     float eps = m->cfg.rms_norm_eps, off = d->norm_off;
     if (a->transient) {
@@ -176,11 +239,21 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
         proj_backward(m, bp, layer, PROJ_UP, sc->dln, false, sc->dup, a->ln2, a->xa[PROJ_UP], N);
     }
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, off, a->rstd2, N, C));
+}
 
+static void attention_mixer_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
+    const Dims *d = &m->d;
+    const BlockParams *bp = &m->blocks[layer];
+    Scratch *sc = &m->sc;
+    int N = B * T, C = d->C;
+    float eps = m->cfg.rms_norm_eps, off = d->norm_off;
     /* attention: x_mid = x_in + post1(o(attn(rope(q), rope(k), v))) */
     const float *datt_out = sc->dres;
     if (d->sandwich) datt_out = post_norm_backward(m, bp->dpn1, a->o, bp->pn1, a->prstd1, N);
-    proj_backward(m, bp, layer, PROJ_O, sc->datt, true, datt_out, a->att, a->xa[PROJ_O], N);
+    /* o_proj's gated input is rebuilt: it is shared by the blocks */
+    const float *o_in = block_attn_out_input(m, a, N);
+    proj_backward(m, bp, layer, PROJ_O, sc->datt, true, datt_out, o_in, a->xa[PROJ_O], N);
+    if (d->attn_gate) PROF(PROF_ELEMENT, gate_backward(sc->datt, sc->dagate, a->att, a->agate, (size_t)N * d->QD));
     PROF(PROF_ELEMENT, zero(sc->dq, (size_t)N * d->QD); zero(sc->dk, (size_t)N * d->KVD);
          zero(sc->dv, (size_t)N * d->KVD));
     PROF(PROF_ATTN_BWD, attention_backward(sc->dq, sc->dk, sc->dv, sc->datt, a->q, a->k, a->v, a->att, a->lse,
@@ -200,6 +273,10 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
         dq = sc->dq_pre;
         dk = sc->dk_pre;
     }
+    if (d->attn_gate) {
+        PROF(PROF_ELEMENT, join_query_gate(sc->dqg, dq, sc->dagate, N * d->H, d->D));
+        dq = sc->dqg;
+    }
     if (a->transient) PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, off, eps, N, C));
     /* the lowest trainable block's input gradient goes nowhere: unless its
      * input norm is trainable, the q/k/v input products are skipped */
@@ -215,4 +292,18 @@ void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     }
     if (need_dx)
         PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, off, a->rstd1, N, C));
+}
+
+/* ---------------------------------------------------------------- block */
+
+void block_forward(Model *m, int layer, const BlockActs *a, float *x_out, int B, int T, bool recompute) {
+    if (m->blocks[layer].gdn) gdn_mixer_forward(m, layer, a, B, T);
+    else attention_mixer_forward(m, layer, a, B, T);
+    block_mlp_forward(m, layer, a, x_out, B * T, recompute);
+}
+
+void block_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
+    block_mlp_backward(m, layer, a, B * T);
+    if (m->blocks[layer].gdn) gdn_mixer_backward(m, layer, a, B, T);
+    else attention_mixer_backward(m, layer, a, B, T);
 }

@@ -1,14 +1,18 @@
 /* decode.c: incremental generation with a KV cache for one sequence. New
  * tokens at positions pos.. are run through the blocks in chunks of
- * dec_rows rows; their keys and values are written to the cache and their
- * queries attend to the cached positions they see (causal, and within the
- * window on sliding layers), so the prefix is never recomputed. A sliding
- * layer's cache is a ring of window + dec_rows - 1 positions (position p in
- * slot p mod its length): the rolling window cache. Longrope (phi3) picks
- * its factors by the sequence's length; like transformers' Phi3, the cached
- * prefix is recomputed once with the long factors when the sequence grows
- * past original_max_position_embeddings, so every logit equals a full
- * recomputation of the sequence so far. */
+ * dec_rows rows; an attention block writes their keys and values to its
+ * cache and their queries attend to the cached positions they see (causal,
+ * and within the window on sliding layers), so the prefix is never
+ * recomputed. A sliding layer's cache is a ring of window + dec_rows - 1
+ * positions (position p in slot p mod its length): the rolling window cache.
+ * Longrope (phi3) picks its factors by the sequence's length; like
+ * transformers' Phi3, the cached prefix is recomputed once with the long
+ * factors when the sequence grows past original_max_position_embeddings, so
+ * every logit equals a full recomputation of the sequence so far. A Gated
+ * DeltaNet block (Qwen3.5) carries its last K-1 conv inputs and its
+ * recurrent state instead of a KV cache: a multi-token chunk goes through
+ * the chunked rule from that state, a single token through the plain
+ * recurrence (block_gdn.c). */
 #include "model/model_internal.h"
 #include "kernels/ops.h"
 #include "base/error.h"
@@ -62,45 +66,45 @@ static void add_inplace(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-/* One block on `rows` new positions starting at p0; seq_len picks longrope's factors. */
-static void decode_block(Model *m, int l, const float *x, float *x_out, int rows, int p0, int seq_len) {
+/* The attention half of block l for rows new positions from p0: x -> a->x_mid;
+ * seq_len picks longrope's factors. */
+static void decode_attention(Model *m, int l, BlockActs *a, const float *x, int rows, int p0, int seq_len) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[l];
-    BlockActs a = m->dec;
-    a.x_in = (float *)x;
     float eps = m->cfg.rms_norm_eps, off = d->norm_off;
-    rmsnorm_forward(a.ln1, a.rstd1, x, bp->ln1, off, eps, rows, d->C);
-    block_qkv_forward(m, l, &a, rows);
+    rmsnorm_forward(a->ln1, a->rstd1, x, bp->ln1, off, eps, rows, d->C);
+    block_qkv_forward(m, l, a, rows);
     const float *sin_t, *cos_t = layer_rope(m, l, seq_len, &sin_t);
     if (cos_t) {
         size_t half = (size_t)d->rd / 2;
-        rope_forward(a.q, cos_t + (size_t)p0 * half, sin_t + (size_t)p0 * half, 1, rows, d->H, d->D, d->rd);
-        rope_forward(a.k, cos_t + (size_t)p0 * half, sin_t + (size_t)p0 * half, 1, rows, d->KVH, d->D, d->rd);
+        rope_forward(a->q, cos_t + (size_t)p0 * half, sin_t + (size_t)p0 * half, 1, rows, d->H, d->D, d->rd);
+        rope_forward(a->k, cos_t + (size_t)p0 * half, sin_t + (size_t)p0 * half, 1, rows, d->KVH, d->D, d->rd);
     }
     int len = m->kv_len[l];
     float *kc = m->kcache + m->kv_off[l] * d->KVD, *vc = m->vcache + m->kv_off[l] * d->KVD;
     for (int i = 0; i < rows; i++) {
         size_t slot = (size_t)((p0 + i) % len);
-        memcpy(kc + slot * d->KVD, a.k + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
-        memcpy(vc + slot * d->KVD, a.v + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
+        memcpy(kc + slot * d->KVD, a->k + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
+        memcpy(vc + slot * d->KVD, a->v + (size_t)i * d->KVD, (size_t)d->KVD * sizeof(float));
     }
-    cached_attention(m, l, a.att, a.q, rows, p0);
+    cached_attention(m, l, a->att, a->q, rows, p0);
+    const float *o_in = block_attn_out_input(m, a, rows);
     if (d->sandwich) {
-        proj_forward(m, bp, l, PROJ_O, a.o, a.att, NULL, a.xa[PROJ_O], rows, false);
-        rmsnorm_forward(a.x_mid, a.prstd1, a.o, bp->pn1, off, eps, rows, d->C);
+        proj_forward(m, bp, l, PROJ_O, a->o, o_in, NULL, a->xa[PROJ_O], rows, false);
+        rmsnorm_forward(a->x_mid, a->prstd1, a->o, bp->pn1, off, eps, rows, d->C);
     } else {
-        proj_forward(m, bp, l, PROJ_O, a.x_mid, a.att, NULL, a.xa[PROJ_O], rows, false);
+        proj_forward(m, bp, l, PROJ_O, a->x_mid, o_in, NULL, a->xa[PROJ_O], rows, false);
     }
-    add_inplace(a.x_mid, x, (size_t)rows * d->C);
-    rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, bp->ln2, off, eps, rows, d->C);
-    block_mlp_forward(m, l, &a, rows);
-    if (d->sandwich) {
-        proj_forward(m, bp, l, PROJ_DOWN, a.mlp, a.act, NULL, a.xa[PROJ_DOWN], rows, false);
-        rmsnorm_forward(x_out, a.prstd2, a.mlp, bp->pn2, off, eps, rows, d->C);
-    } else {
-        proj_forward(m, bp, l, PROJ_DOWN, x_out, a.act, NULL, a.xa[PROJ_DOWN], rows, false);
-    }
-    add_inplace(x_out, a.x_mid, (size_t)rows * d->C);
+    add_inplace(a->x_mid, x, (size_t)rows * d->C);
+}
+
+/* One block on `rows` new positions starting at p0. */
+static void decode_block(Model *m, int l, const float *x, float *x_out, int rows, int p0, int seq_len) {
+    BlockActs a = m->dec;
+    a.x_in = (float *)x;
+    if (m->blocks[l].gdn) gdn_mixer_decode(m, l, &a, x, rows);
+    else decode_attention(m, l, &a, x, rows, p0, seq_len);
+    block_mlp_forward(m, l, &a, x_out, rows, false);
 }
 
 int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits) {
@@ -113,7 +117,8 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
         return error_set("model: %d positions exceed the KV cache of %d tokens", pos + n, d->kv_T);
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0) return error_set("token id %d is negative at position %d", tokens[i], pos + i);
-        if (tokens[i] >= d->V) return error_set("token id %d >= vocab size %d at position %d", tokens[i], d->V, pos + i);
+        if (tokens[i] >= d->V)
+            return error_set("token id %d >= vocab size %d at position %d", tokens[i], d->V, pos + i);
     }
     model_bind_scratch(m);
     bool drop = m->d.dropout;
@@ -130,6 +135,12 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
         start = 0;   /* the cached prefix was rotated with the short factors: recompute it */
     }
     int seq_len = m->dec_long ? INT_MAX : 0;
+    if (start == 0 && d->n_gdn) {
+        /* a new sequence: Gated DeltaNet layers start from zero states */
+        const GdnDims *g = &d->g;
+        memset(m->conv_state, 0, (size_t)d->n_gdn * (g->K - 1) * g->CC * sizeof(float));
+        memset(m->rec_state, 0, (size_t)d->n_gdn * g->Hv * g->Dk * g->Dv * sizeof(float));
+    }
     float *x = m->dec_x, *y = m->dec_x2;
     int rows = 0, end = pos + n;
     for (int c0 = start; c0 < end; c0 += d->dec_rows) {

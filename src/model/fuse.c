@@ -22,15 +22,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The model's config (prefixes), with the weight prefix of its files. */
+/* The model's config (prefixes), with the weight prefix (and Qwen3.5 layout) of its files. */
 static int load_model_config(ModelConfig *mc, const char *model_dir, const StModel *st) {
     char *cfg_path = path_join(model_dir, "config.json");
     if (!cfg_path) return -1;
     int rc = hf_config_load(mc, cfg_path);
     mem_free(cfg_path);
     TRY(rc);
-    if (st) model_tensors_detect_prefix(mc, st);
-    return 0;
+    return st ? model_tensors_resolve(mc, st) : 0;
 }
 
 int adapter_config_load(AdapterConfig *ac, const char *adapter_dir) {
@@ -508,6 +507,8 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
         return -1;
     }
     if (collect_pairs(&ad, &ac, mc, &pairs, &n, &mask) < 0) goto out;
+    /* PEFT's keys follow transformers' module path (a Qwen3.5 in MLX-LM's layout stores another) */
+    const char *peft_prefix = mc->q35.on ? mc->q35.hf_prefix : mc->prefix;
     if (dir_ensure(out_dir) < 0) goto out;
     wt = mem_calloc(3 * n + 1, sizeof *wt);
     names = mem_calloc(3 * n + 1, sizeof *names);
@@ -515,14 +516,14 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const LoraPair *p = &pairs[i];
-        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_A.weight", mc->prefix, p->layer,
+        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_A.weight", peft_prefix, p->layer,
                  PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {ac.rank, p->in}, p->a_t}; k++;
-        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_B.weight", mc->prefix, p->layer,
+        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_B.weight", peft_prefix, p->layer,
                  PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {p->out, ac.rank}, p->b_t}; k++;
         if (p->m) {
-            snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_magnitude_vector", mc->prefix,
+            snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_magnitude_vector", peft_prefix,
                      p->layer, PROJ_KEYS[p->proj]);
             wt[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {p->out}, p->m}; k++;
         }
@@ -563,5 +564,6 @@ out:
     mem_free(mc);
     free_pairs(pairs, n);
     st_close(&ad);
+    st_model_close(&base);
     return rc;
 }

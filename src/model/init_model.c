@@ -3,6 +3,7 @@
  * Hugging Face tensor names) that every other command can load. */
 #include "model/model_internal.h"
 #include "formats/model_tensors.h"
+#include "formats/hf_config_qwen35.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -46,6 +47,62 @@ static void gemma3_shape(ModelConfig *c) {
     c->eos_token_ids[0] = 1;
     c->eos_token_ids[1] = 106;
     c->n_eos = 2;
+}
+
+/* Qwen3.5's dense text decoders, as published (Qwen/Qwen3.5-0.8B, -2B, -4B
+ * config.json: text_config of a nested multimodal config): every 4th block
+ * gated full attention (head_dim 256, rotary 64, rope_theta 1e7), the others
+ * Gated DeltaNet (key/value head dim 128, conv kernel 4); tied embeddings;
+ * vocabulary 248320. */
+static int preset_qwen35(const char *name, ModelConfig *c) {
+    static const struct {
+        const char *name;
+        int C, F, L, H, KVH, hk, hv;
+    } P[] = {
+        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 16, 16},
+        {"qwen3.5-2b", 2048, 6144, 24, 8, 2, 16, 16},
+        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 16, 32},
+        {"tiny-qwen3.5", 64, 128, 4, 4, 2, 2, 4},
+    };
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof P / sizeof P[0]); i++)
+        if (!strcmp(name, P[i].name)) k = i;
+    if (k < 0) return error_set("unknown model preset '%s' (qwen3.5-0.8b, qwen3.5-2b, qwen3.5-4b, tiny-qwen3.5)", name);
+    bool tiny = !strcmp(name, "tiny-qwen3.5");
+    snprintf(c->model_type, sizeof c->model_type, "qwen3_5");
+    c->hidden_size = P[k].C;
+    c->intermediate_size = P[k].F;
+    c->num_hidden_layers = P[k].L;
+    c->num_attention_heads = P[k].H;
+    c->num_key_value_heads = P[k].KVH;
+    c->head_dim = tiny ? 16 : 256;
+    c->vocab_size = tiny ? 256 : 248320;
+    c->max_position_embeddings = tiny ? 2048 : 262144;
+    c->rms_norm_eps = 1e-6f;
+    c->rope_theta = 1e7;
+    c->qk_norm = true;
+    c->tie_word_embeddings = true;
+    if (tiny) c->torch_dtype = DTYPE_F32;
+    Qwen35Config *q = &c->q35;
+    q->on = true;
+    q->nested = true;
+    q->k_heads = P[k].hk;
+    q->v_heads = P[k].hv;
+    q->k_dim = tiny ? 16 : 128;
+    q->v_dim = tiny ? 16 : 128;
+    q->conv_kernel = 4;
+    q->partial_rotary_factor = 0.25;
+    q->rotary_dim = c->head_dim / 4;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        q->linear[i] = (i + 1) % 4 != 0;
+        q->n_linear += q->linear[i];
+    }
+    snprintf(q->prefix, sizeof q->prefix, "model.language_model.");
+    snprintf(q->hf_prefix, sizeof q->hf_prefix, "model.language_model.");
+    snprintf(q->adapter_prefix, sizeof q->adapter_prefix, "language_model.model.");
+    snprintf(q->head_name, sizeof q->head_name, "lm_head.weight");
+    hf_qwen35_names(c);
+    return 0;
 }
 
 int model_preset(const char *name, ModelConfig *c) {
@@ -130,9 +187,12 @@ int model_preset(const char *name, ModelConfig *c) {
         SET("llama", 64, 128, 2, 4, 2, 0, 256);
         c->torch_dtype = DTYPE_F32;
         c->max_position_embeddings = 2048;
+    } else if (!strncmp(name, "qwen3.5-", 8) || !strcmp(name, "tiny-qwen3.5")) {
+        return preset_qwen35(name, c);
     } else {
         return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, "
-                         "llama-3.1-8b, gemma-3-270m, gemma-3-1b, phi-4-mini, smollm3-3b, tiny)", name);
+                         "llama-3.1-8b, gemma-3-270m, gemma-3-1b, phi-4-mini, smollm3-3b, qwen3.5-0.8b, "
+                         "qwen3.5-2b, qwen3.5-4b, tiny, tiny-qwen3.5)", name);
     }
 #undef SET
     c->rotary_dim = c->rotary_dim ? c->rotary_dim : c->head_dim;
@@ -190,9 +250,13 @@ static int flush_shard(WriteList *w) {
     return rc;
 }
 
-static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64_t b, DType dt,
-                      Rng *rng, float fill, bool random) {
-    size_t n = (size_t)a * (ndim == 2 ? (size_t)b : 1);
+enum { FILL_CONST, FILL_NORMAL, FILL_A_LOG };
+
+/* A tensor of up to 3 dims: a constant, N(0, 0.02^2), or Gated DeltaNet's
+ * A_log = log U(0.01, 16) (transformers' init). */
+static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64_t b, int64_t c, DType dt,
+                      Rng *rng, float fill, int kind) {
+    size_t n = (size_t)a * (ndim >= 2 ? (size_t)b : 1) * (ndim >= 3 ? (size_t)c : 1);
     size_t bytes = n * (dt == DTYPE_F32 ? 4 : 2);
     if (w->shard_bytes > 0 && w->shard_bytes + bytes > shard_limit()) {
         TRY(flush_shard(w));
@@ -215,12 +279,16 @@ static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64
         w->bufs = bufs;
         w->cap = cap;
     }
-    float *tmp = mem_alloc(n * sizeof(float));
+    float *tmp = mem_alloc(n * sizeof(float) + 1);
     if (!tmp) return -1;
-    for (size_t i = 0; i < n; i++) tmp[i] = random ? 0.02f * rng_normal(rng) : fill;
+    for (size_t i = 0; i < n; i++) {
+        if (kind == FILL_NORMAL) tmp[i] = 0.02f * rng_normal(rng);
+        else if (kind == FILL_A_LOG) tmp[i] = logf(rng_uniform_range(rng, 0.01f, 16.0f));
+        else tmp[i] = fill;
+    }
     void *data = tmp;
     if (dt != DTYPE_F32) {
-        data = mem_alloc(n * 2);
+        data = mem_alloc(n * 2 + 1);
         if (!data) { mem_free(tmp); return -1; }
         dtype_from_f32(data, dt, tmp, n);
         mem_free(tmp);
@@ -229,27 +297,90 @@ static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64
     if (!nm) { mem_free(data); return -1; }
     StWriteTensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
-    t->name = nm; t->dtype = dt; t->ndim = ndim; t->shape[0] = a; t->shape[1] = b; t->data = data;
+    t->name = nm;
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->shape[0] = a;
+    t->shape[1] = b;
+    t->shape[2] = c;
+    t->data = data;
     w->bufs[w->n] = data;
     w->n++;
     return 0;
 }
 
+/* One block's tensors, transformers' names and conventions: norms (zero-
+ * centred ones are 0, i.e. used as 1), projections, and for a Gated
+ * DeltaNet block conv1d (C', 1, K), A_log, dt_bias = 1, gated norm = 1. */
+static int add_block(WriteList *w, const ModelConfig *cfg, const Dims *d, int l, DType dtype, Rng *rng) {
+    char nm[160];
+    float one = d->norm_off != 0.0f ? 0.0f : 1.0f;
+    int rc = 0;
+    model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+    rc = add_tensor(w, nm, 1, d->C, 0, 0, dtype, rng, one, FILL_CONST);
+    unsigned projs = layer_projs(cfg, l);
+    for (int p = 0; rc == 0 && p < PROJ_COUNT; p++) {
+        if (!(projs >> p & 1u)) continue;
+        int in, out;
+        proj_shape(d, p, &in, &out);
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[p]);
+        rc = add_tensor(w, nm, 2, out, in, 0, dtype, rng, 0, FILL_NORMAL);
+        if (rc == 0 && d->bias && p <= PROJ_V) {
+            model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
+            rc = add_tensor(w, nm, 1, out, 0, 0, dtype, rng, 0.0f, FILL_CONST);
+        }
+    }
+    if (rc == 0 && layer_gdn(cfg, l)) {
+        const GdnDims *g = &d->g;
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.weight", l);
+        rc = add_tensor(w, nm, 3, g->CC, 1, g->K, dtype, rng, 0, FILL_NORMAL);
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.linear_attn.A_log", l);
+        if (rc == 0) rc = add_tensor(w, nm, 1, g->Hv, 0, 0, DTYPE_F32, rng, 0, FILL_A_LOG);
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.linear_attn.dt_bias", l);
+        if (rc == 0) rc = add_tensor(w, nm, 1, g->Hv, 0, 0, dtype, rng, 1.0f, FILL_CONST);
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", l);
+        if (rc == 0) rc = add_tensor(w, nm, 1, g->Dv, 0, 0, dtype, rng, 1.0f, FILL_CONST);
+    } else if (rc == 0 && d->qk_norm) {
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+        rc = add_tensor(w, nm, 1, d->D, 0, 0, dtype, rng, one, FILL_CONST);
+        model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+        if (rc == 0) rc = add_tensor(w, nm, 1, d->D, 0, 0, dtype, rng, one, FILL_CONST);
+    }
+    model_tensor_name(cfg, nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+    if (rc == 0) rc = add_tensor(w, nm, 1, d->C, 0, 0, dtype, rng, one, FILL_CONST);
+    return rc;
+}
+
 /* Every tensor of the model, in HF order. */
-static int add_all(WriteList *wl, const ModelConfig *cfg, DType dtype, uint64_t seed) {
+static int add_all(WriteList *wl, const Dims *d, const ModelConfig *cfg, DType dtype, uint64_t seed) {
     Rng rng;
     rng_seed(&rng, seed);
+    int rc = 0;
+    if (cfg->q35.on) {
+        /* block by block: Gated DeltaNet's tensors have their own inits */
+        char nm[160];
+        float one = d->norm_off != 0.0f ? 0.0f : 1.0f;
+        model_tensor_name(cfg, nm, sizeof nm, "model.embed_tokens.weight");
+        rc = add_tensor(wl, nm, 2, d->V, d->C, 0, dtype, &rng, 0, FILL_NORMAL);
+        for (int l = 0; rc == 0 && l < d->L; l++) rc = add_block(wl, cfg, d, l, dtype, &rng);
+        model_tensor_name(cfg, nm, sizeof nm, "model.norm.weight");
+        if (rc == 0) rc = add_tensor(wl, nm, 1, d->C, 0, 0, dtype, &rng, one, FILL_CONST);
+        model_tensor_name(cfg, nm, sizeof nm, "lm_head.weight");
+        if (rc == 0 && !cfg->tie_word_embeddings)
+            rc = add_tensor(wl, nm, 2, d->V, d->C, 0, dtype, &rng, 0, FILL_NORMAL);
+        return rc;
+    }
     /* every tensor the config implies: matrices N(0, 0.02^2), biases 0,
      * norms 1 (gemma's zero-centred norms: 0, i.e. a gain of 1) */
     ModelTensorSpec *specs;
     size_t n;
-    int rc = model_tensor_specs(cfg, &specs, &n);
+    rc = model_tensor_specs(cfg, &specs, &n);
     float norm_fill = cfg->norm_plus_one ? 0.0f : 1.0f;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const ModelTensorSpec *t = &specs[i];
         bool bias = strstr(t->name, ".bias") != NULL;
-        rc = add_tensor(wl, t->name, t->ndim, t->shape[0], t->shape[1], dtype, &rng, bias ? 0.0f : norm_fill,
-                        t->ndim == 2);
+        rc = add_tensor(wl, t->name, t->ndim, t->shape[0], t->shape[1], 0, dtype, &rng, bias ? 0.0f : norm_fill,
+                        t->ndim == 2 ? FILL_NORMAL : FILL_CONST);
     }
     mem_free(specs);
     return rc;
@@ -259,11 +390,16 @@ int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, 
     if (dtype != DTYPE_F32 && dtype != DTYPE_BF16 && dtype != DTYPE_F16)
         return error_set("init: dtype must be F32, BF16 or F16 (got %s)", dtype_name(dtype));
     ModelSpec spec = {.type = TUNE_NONE, .weight_dtype = DTYPE_F32};
-    Dims d;
-    TRY(dims_init(&d, cfg, &spec, DTYPE_F32));
-    TRY(dir_ensure(out_dir));
     ModelConfig c = *cfg;
     c.torch_dtype = dtype;
+    if (c.q35.on) {
+        /* --layers may have cut the model: count its kinds again */
+        c.q35.n_linear = 0;
+        for (int l = 0; l < c.num_hidden_layers && l < Q35_MAX_LAYERS; l++) c.q35.n_linear += c.q35.linear[l];
+    }
+    Dims d;
+    TRY(dims_init(&d, &c, &spec, DTYPE_F32));
+    TRY(dir_ensure(out_dir));
     char *cp = path_join(out_dir, "config.json");
     if (!cp) return -1;
     int rc = hf_config_write(&c, cp);
@@ -280,7 +416,7 @@ int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, 
         w.shard_bytes = 0;
         w.total_bytes = 0;
         w.n_shards = n_shards;
-        rc = add_all(&w, cfg, dtype, seed);
+        rc = add_all(&w, &d, &c, dtype, seed);
         if (rc == 0 && pass == 1) rc = flush_shard(&w);
         if (rc < 0) break;
     }

@@ -61,7 +61,9 @@ static float *forward_blocks(Model *m, int B, int T) {
     const Dims *d = &m->d;
     int N = B * T;
     bool train = d->train, ckpt = m->spec.grad_checkpoint;
-    BlockActs *ws = (train && !ckpt) ? &m->acts[0] : &m->work;
+    /* frozen blocks run in the first trainable block's set (Qwen3.5: in their own
+     * workspace, the kinds may differ) */
+    BlockActs *ws = (train && !ckpt && !d->q35) ? &m->acts[0] : &m->work;
     float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
     PROF(PROF_ELEMENT, embed_rows(m, x, m->ids, N));
     for (int l = 0; l < d->L; l++) {

@@ -1,5 +1,5 @@
 /* model.h: the decoder (llama / mistral / qwen2 / qwen3 / gemma2 / gemma3 /
- * phi3 / smollm3) as lmtune trains and runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
+ * phi3 / smollm3 / qwen3_5) as lmtune trains and runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
  * the last N blocks, forward and backward of one micro-batch, gradient
  * checkpointing, and incremental decoding with a KV cache.
  *
@@ -34,12 +34,16 @@ typedef struct {
     bool grad_checkpoint;
     int max_rows;           /* B: rows of the widest micro-batch */
     int max_tokens;         /* T: input positions per row (batch width - 1) */
-    DType weight_dtype;     /* F32 or BF16: dtype the frozen matrices are used in;
-                               converted at load when the file's differs
-                               (default: matmul_weight_dtype of the file's) */
+    DType weight_dtype;     /* F32 or BF16: dtype of the frozen products. bf16
+                               and f16 weights stay so in memory in fp32
+                               products (expanded panel by panel); F32 and F16
+                               weights are rounded to bf16 at load for bf16
+                               products (default: matmul_weight_dtype of the
+                               file's, or the start-up probe of lmtune train) */
     int lmhead_chunk;       /* rows per LM-head chunk (0 = default) */
     bool training;          /* false: no gradients / saved activations */
     int kv_cache_tokens;    /* > 0: allocate a KV cache for generation */
+    int gdn_chunk;          /* Gated DeltaNet chunk size (0 = 64) */
 } ModelSpec;
 
 
@@ -96,12 +100,21 @@ int model_decode(Model *m, const int32_t *tokens, int n, int pos, float *logits)
 typedef struct {
     DType file_dtype;       /* plain matrices' dtype; the scales' dtype when quantized */
     bool quantized;         /* some matrix is MLX-quantized: every matrix is used as stored */
-    bool gguf;              /* a GGUF file: every matrix used as stored, products in --weights-dtype */
-    bool bf16_compute;      /* some frozen product runs in bf16 */
-    int panel_cols;         /* widest matrix whose products expand panels (0: none) */
+    bool gguf;              /* a GGUF file: every matrix used as stored, its blocks expand to either dtype */
+    bool bf16_values;       /* some matrix holds bf16 numbers (plain BF16, or affine with BF16 scales) */
+    /* widest matrix whose products expand panels (0: none), when the frozen
+     * products run in fp32 and in bf16 (weights_compute) */
+    int panel_cols_f32, panel_cols_bf16;
     int bits_min, bits_max; /* of the quantized matrices */
     size_t embed_bytes, lm_head_bytes, block_bytes; /* stored bytes (codes, scales, biases); lm_head 0 when tied */
 } WeightsSummary;
+/* --weights-dtype auto: the dtype of the frozen products of a training run
+ * of spec on DIR's weights, with rows rows per product: bf16 only when the
+ * weights hold bf16 numbers, oneDNN multiplies bf16 here and a start-up
+ * probe of the run's product shapes finds bf16 faster (model/weights_dtype.c).
+ * why: one line saying what was chosen and why. */
+int model_auto_weights_dtype(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, int rows,
+                             DType *out, char *why, size_t cap);
 /* Reads DIR's config.json quantization and safetensors headers; checks every
  * quantized module's tensors. */
 int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws);

@@ -112,7 +112,6 @@ int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig
     ws->quantized = true;
     ws->gguf = true;
     ws->file_dtype = compute;
-    ws->bf16_compute = compute == DTYPE_BF16;
     for (int k = 0; k < weights_matrix_count(&d); k++) {
         char module[160];
         int rows;
@@ -127,7 +126,8 @@ int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig
         int bits = (int)(w.row_bytes * 8 / (size_t)cols);
         if (ws->bits_min == 0 || bits < ws->bits_min) ws->bits_min = bits;
         if (bits > ws->bits_max) ws->bits_max = bits;
-        if (cols > ws->panel_cols) ws->panel_cols = cols;
+        if (cols > ws->panel_cols_f32) ws->panel_cols_f32 = cols;
+        if (cols > ws->panel_cols_bf16) ws->panel_cols_bf16 = cols;
     }
     return 0;
 }

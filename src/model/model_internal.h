@@ -8,7 +8,9 @@
  * 1 + w, optional sandwich norms on the attention and MLP outputs, optional
  * q/k norms and q/k/v biases, separate or fused q/k/v and gate/up
  * projections, SwiGLU or GeGLU, the attention scale and soft-capping, and
- * per layer a sliding window, a RoPE table set or none (NoPE). */
+ * per layer a sliding window, a RoPE table set or none (NoPE). Qwen3.5 adds
+ * a second block kind: the Gated DeltaNet token mixer in place of the
+ * (gated) attention, with the same MLP (block_gdn.c). */
 #ifndef LT_MODEL_INTERNAL_H
 #define LT_MODEL_INTERNAL_H
 #include "model/model.h"
@@ -18,6 +20,14 @@
 #include "kernels/ops.h"   /* AttnParams */
 #include <stdio.h>
 #include "formats/gguf_arch.h"
+
+/* Gated DeltaNet dimensions (Qwen3.5's linear-attention blocks). */
+typedef struct {
+    int Hk, Hv, Dk, Dv, K;  /* key heads, value heads, head dims, conv kernel */
+    int Kd, Vd, CC;         /* Hk Dk, Hv Dv, conv channels 2 Kd + Vd */
+    int chunk, nchunk;      /* chunk size, chunks of the widest row */
+    int threads;            /* OpenMP threads the chunk workspace is carved for */
+} GdnDims;
 
 /* Dimensions of a run (maxima over the micro-batches the spec allows). */
 typedef struct {
@@ -41,11 +51,16 @@ typedef struct {
     bool fused_qkv;       /* one qkv_proj */
     int gu_ld;            /* row stride of the gate/up activations: F, or 2F for a fused gate_up_proj */
     int act;              /* GLU_SILU or GLU_GELU_TANH */
-    float norm_off;       /* RMSNorm weight offset: 1 for gemma's 1 + w */
-    unsigned projs;       /* bitmask of the block's projections (1u << PROJ_*) */
+    float norm_off;       /* RMSNorm weight offset: 1 for zero-centred weights used as 1 + w
+                             (gemma, Qwen3.5 in transformers' layout) */
+    unsigned projs;       /* bitmask of the attention blocks' projections (1u << PROJ_*) */
+    bool q35;             /* Qwen3.5: gated attention and Gated DeltaNet blocks */
+    bool attn_gate;       /* q_proj also gives the attention output's gate: (N, 2 QD) */
+    int n_gdn, n_attn;    /* blocks of each kind (n_gdn: Qwen3.5) */
+    GdnDims g;
     DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
-    DType run_dtype;      /* dtype the frozen matrices are used in */
-    bool convert;         /* frozen matrices are converted into the arena */
+    DType run_dtype;      /* dtype of the frozen products (spec.weight_dtype) */
+    bool convert;         /* frozen matrices are converted into the arena (F32/F16 file, bf16 products) */
     bool quantized;       /* some matrix is MLX-quantized: every matrix is used as stored */
     bool bf16_compute;    /* some frozen product runs in bf16 (the conversion scratch exists) */
     int panel_cols;       /* widest frozen matrix whose products expand panels (0: none) */
@@ -64,6 +79,9 @@ static inline void layer_name(char *dst, size_t cap, const char *prefix, int l, 
 }
 /* for (p in mask) in PROJ_* order */
 #define FOR_EACH_PROJ(p, mask) for (int p = 0; p < PROJ_COUNT; p++) if ((mask) >> p & 1u)
+/* The projections of block l (PROJ_ATTN_BLOCK or PROJ_GDN_BLOCK). */
+unsigned layer_projs(const ModelConfig *cfg, int l);
+static inline bool layer_gdn(const ModelConfig *cfg, int l) { return cfg->q35.on && cfg->q35.linear[l]; }
 
 /* Parameters of one block: what forward and backward read. Gradient
  * pointers are NULL when the tensor is frozen. */
@@ -82,6 +100,12 @@ typedef struct {
     float *wnorm2[PROJ_COUNT];  /* DoRA: ||W row||^2 of the base (out), fixed */
     float *dnorm[PROJ_COUNT];   /* DoRA: ||W + scale (AB)^T|| rows (out), per step */
     unsigned adapted;           /* bitmask of LoRA/DoRA projections */
+    unsigned projs;             /* bitmask of the block's projections */
+    bool gdn;                   /* a Gated DeltaNet block (Qwen3.5) */
+    float *conv_w, *dconv_w;    /* GDN: conv1d (CC, K) */
+    float *A_log, *dA_log;      /* GDN: (Hv) */
+    float *dt_bias, *ddt_bias;  /* GDN: (Hv) */
+    float *gnorm, *dgnorm;      /* GDN: gated RMSNorm weight (Dv), used as stored */
 } BlockParams;
 
 /* The fp32 slot of a 1-D block tensor (norms, biases) and its gradient. */
@@ -101,7 +125,20 @@ typedef struct {
     float *gate, *up, *act;   /* (N, gu_ld) rows (fused: one (N, 2F) region), (N, F) */
     float *mlp, *prstd2;      /* sandwich: down_proj output (N, C) before its norm, rstd (N) */
     float *xa[PROJ_COUNT];    /* (N, r): dropout(x) @ A of adapted projections */
-    bool transient;           /* ln1, ln2, act are shared: rebuild them in backward */
+    bool transient;           /* ln1, ln2, act (and the GDN and gate
+                                 intermediates below) are shared: rebuild them in backward */
+    /* Qwen3.5 gated attention */
+    float *agate;             /* (N, QD) the output gate, before the sigmoid */
+    float *qg;                /* (N, 2 QD) q_proj output (shared) */
+    float *ag;                /* (N, QD) att * sigmoid(agate): o_proj's input (shared) */
+    /* Gated DeltaNet */
+    float *qkv, *z, *ga, *gb; /* (N, CC), (N, Vd), (N, Hv) x 2: in_proj_{qkv,z,a,b} outputs */
+    float *core, *grstd;      /* (N, Vd) the gated delta rule's output, (N * Hv) gated-norm rstd */
+    float *states;            /* (B, Hv, nchunk, Dk, Dv) the state at each chunk's start */
+    float *conv;              /* (N, CC) conv1d + SiLU (shared) */
+    float *qn, *kn, *qr, *kr; /* (N, Kd) x 2 normalised q, k; (N * Hk) x 2 their 1/norms (shared) */
+    float *g, *beta;          /* (N, Hv) x 2 log decay and beta (shared) */
+    float *gy;                /* (N, Vd) gated norm output: out_proj's input (shared) */
 } BlockActs;
 
 /* Activation gradients of the block in flight, reused by every block. */
@@ -116,6 +153,12 @@ typedef struct {
     float *dat;               /* (r, max in) LoRA dA^T, see proj_backward */
     float *ylin;              /* DoRA: (N, max out) unscaled output */
     float *attn_ws;           /* attention workspace */
+    float *dqg, *dagate;      /* gated attention: (N, 2 QD), (N, QD) */
+    float *dqkv, *dconv;      /* GDN: (N, CC) x 2 */
+    float *dqn, *dkn;         /* GDN: (N, Kd) x 2 */
+    float *dcore, *dz, *dgy;  /* GDN: (N, Vd) x 3 */
+    float *dg, *dbeta, *dga, *dgb; /* GDN: (N, Hv) x 4 */
+    float *gdn_ws;            /* GDN chunk workspace (gdn_workspace_floats, backward) */
 } Scratch;
 
 /* Shared by forward and backward of LoRA/DoRA. */
@@ -172,7 +215,11 @@ struct Model {
      * KVD floats); a sliding layer's is a ring of window + dec_rows - 1 */
     float *kcache, *vcache;
     size_t *kv_off;           /* (L) heap */
-    int *kv_len;              /* (L) heap */
+    int *kv_len;              /* (L) heap (0 on Gated DeltaNet layers) */
+    int *cache_slot;          /* (L) heap: a Gated DeltaNet layer's state slot */
+    float *conv_state;        /* GDN layers: (n_gdn, K-1, CC) the last K-1 conv inputs */
+    float *rec_state;         /* GDN layers: (n_gdn, Hv, Dk, Dv) the recurrent state */
+    float *dec_gdn_ws;        /* GDN chunk workspace of a multi-token decode step */
     BlockActs dec;            /* (dec_rows) workspace */
     float *dec_x, *dec_x2, *dec_scores; /* (dec_rows, C) x2, (H, kv_T) */
     int32_t *dec_tokens;      /* (kv_T) the sequence so far (longrope recomputes it) */
@@ -190,10 +237,15 @@ struct Model {
  * the family's blocks do not have). */
 int weights_matrix_count(const Dims *d);
 bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
-/* The stored matrix of `module` as a FrozenWeight (into st's mapping; plain
- * matrices as stored, compute BF16 for BF16 and F32 otherwise). */
-int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+/* The stored matrix of `module` as a FrozenWeight (into st's mapping),
+ * multiplied in the compute type weights_compute gives for products of
+ * dtype run. */
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols, DType run,
                  FrozenWeight *out, bool *quantized);
+/* The compute type of a stored matrix in products of dtype run: BF16 when
+ * run is BF16 and the stored values are bf16 numbers (plain BF16, affine
+ * with BF16 scales), else F32. */
+DType weights_compute(const FrozenWeight *w, DType run);
 int weights_summary_open(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws);
 void weights_summary_plain(WeightsSummary *ws, DType file_dtype);
 
@@ -232,13 +284,28 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N);
 void dora_update_norms(Model *m);
 
-/* block.c. The q/k/v projections (and q/k norms) of ln1 -> q, k, v, and the
- * gate/up projections and activation of ln2 -> act, shared with decode.c. */
+/* block.c. The q/k/v projections (and q/k norms; Qwen3.5: the output gate
+ * into agate) of ln1 -> q, k, v, and the gate/up projections and activation
+ * of ln2 -> act, shared with decode.c. */
 void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N);
-void block_mlp_forward(Model *m, int layer, const BlockActs *a, int N);
+void block_glu_forward(Model *m, int layer, const BlockActs *a, int N);
+/* o_proj's input: att, or (Qwen3.5) att * sigmoid(agate) into a->ag. */
+const float *block_attn_out_input(Model *m, const BlockActs *a, int N);
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,
                    int B, int T, bool recompute);
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T);
+/* The MLP half of a block: x_out = x_mid + post2(down(act(gate(ln2)) up(ln2))),
+ * and its backward (m->sc.dres from d(x_out) to d(x_mid)). */
+void block_mlp_forward(Model *m, int layer, const BlockActs *a, float *x_out, int N, bool recompute);
+void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N);
+
+/* block_gdn.c: the Gated DeltaNet token mixer of block l, x_in -> x_mid
+ * (forward) and m->sc.dres from d(x_mid) to d(x_in) (backward). */
+void gdn_mixer_forward(Model *m, int layer, const BlockActs *a, int B, int T);
+void gdn_mixer_backward(Model *m, int layer, const BlockActs *a, int B, int T);
+/* One decode chunk of `rows` positions of a single sequence through the
+ * mixer of GDN layer l, carrying its conv and recurrent state. */
+void gdn_mixer_decode(Model *m, int layer, const BlockActs *a, const float *x, int rows);
 /* model.c */
 void model_bind_scratch(Model *m);
 #endif

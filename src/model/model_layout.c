@@ -5,14 +5,29 @@
  * one carve each, split into 64-byte aligned pieces, so the plan stays short
  * and readable. What a block holds comes from the family's block-tensor
  * table (formats/model_tensors.h). Also model_plan_weights: the weights
- * used in place from the mapped file, noted outside the arena. */
+ * used in place from the mapped file, noted outside the arena.
+ *
+ * Block kinds (Qwen3.5): an attention block and a Gated DeltaNet block carve
+ * only their own buffers; the sets shared by every block (the recompute
+ * set, the forward workspace, the backward scratch, decode) hold what either
+ * kind needs. A Gated DeltaNet block keeps its projections' outputs, the
+ * rule's output and one (Dk, Dv) state per chunk and head: every entry grows
+ * linearly with the tokens of a batch (plus the chunk workspace, which
+ * depends only on the thread count). */
 #include "model/model_internal.h"
+#include "kernels/gated_delta.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
+
+/* model_trainables.c */
+size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats);
+void bind_trainables(Model *m);
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
@@ -25,6 +40,37 @@ static int lmhead_rows(int V) {
     int rows = 256;
     if ((size_t)rows * (size_t)V > budget) rows = (int)(budget / (size_t)V);
     return rows < 64 ? 64 : rows;
+}
+
+unsigned layer_projs(const ModelConfig *cfg, int l) {
+    return layer_gdn(cfg, l) ? PROJ_GDN_BLOCK : hf_block_projections(cfg);
+}
+
+static int dims_gdn(Dims *d, const ModelConfig *cfg, const ModelSpec *spec) {
+    const Qwen35Config *q = &cfg->q35;
+    d->q35 = true;
+    d->attn_gate = true;
+    /* counted here, not taken from q->n_linear: a preset or a cut model may not have it */
+    d->n_gdn = 0;
+    for (int l = 0; l < d->L && l < Q35_MAX_LAYERS; l++) d->n_gdn += q->linear[l] != 0;
+    d->n_attn = d->L - d->n_gdn;
+    GdnDims *g = &d->g;
+    g->Hk = q->k_heads;
+    g->Hv = q->v_heads;
+    g->Dk = q->k_dim;
+    g->Dv = q->v_dim;
+    g->K = q->conv_kernel;
+    g->Kd = g->Hk * g->Dk;
+    g->Vd = g->Hv * g->Dv;
+    g->CC = 2 * g->Kd + g->Vd;
+    if (g->Hk <= 0 || g->Hv % g->Hk || g->K < 1 || g->K > 16 || d->rd < 2 || d->rd > d->D || d->rd % 2)
+        return error_set("model: inconsistent Qwen3.5 dimensions (load config.json with hf_config_load)");
+    if (spec->gdn_chunk < 0 || spec->gdn_chunk > 1024)
+        return error_set("model: Gated DeltaNet chunk %d not in [1, 1024]", spec->gdn_chunk);
+    g->chunk = spec->gdn_chunk > 0 ? spec->gdn_chunk : 64;
+    g->nchunk = d->T > 0 ? (d->T + g->chunk - 1) / g->chunk : 0;
+    g->threads = omp_get_max_threads();
+    return 0;
 }
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype) {
@@ -63,6 +109,8 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     size_t n = (size_t)d->B * (size_t)d->T;
     if (n > (1u << 30)) return error_set("model: batch of %zu tokens is too large", n);
     d->N = (int)n;
+    if (cfg->q35.on) TRY(dims_gdn(d, cfg, spec));
+    else d->n_attn = d->L;
     bool tuned = spec->type != TUNE_NONE;
     int nl = spec->num_layers;
     if (tuned) {
@@ -76,9 +124,11 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (spec->type == TUNE_LORA || spec->type == TUNE_DORA) {
         if (spec->lora_rank <= 0) return error_set("model: LoRA rank must be positive (got %d)", spec->lora_rank);
         if ((spec->lora_keys & PROJ_ALL) == 0) return error_set("model: no LoRA keys selected");
-        if ((spec->lora_keys & d->projs) == 0) {
-            char have[160] = "";
-            FOR_EACH_PROJ(p, d->projs)
+        unsigned projs = 0;
+        for (int l = d->lo; l < d->L; l++) projs |= layer_projs(cfg, l);
+        if ((spec->lora_keys & projs) == 0) {
+            char have[320] = "";
+            FOR_EACH_PROJ(p, projs)
                 snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", have[0] ? ", " : "", PROJ_KEYS[p]);
             return error_set("model: none of the LoRA keys is a projection of a %s block (its keys: %s)",
                              cfg->model_type, have);
@@ -101,20 +151,24 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     if (file_dtype != DTYPE_F32 && file_dtype != DTYPE_BF16 && file_dtype != DTYPE_F16)
         return error_set("model: weights of dtype %s are not supported (F32, BF16, F16)", dtype_name(file_dtype));
     d->file_dtype = file_dtype;
-    if (file_dtype != spec->weight_dtype) { /* F16 always; BF16 -> F32 where bf16 products do not exist */
-        d->convert = true;
-        d->run_dtype = spec->weight_dtype;
-    } else {
-        d->convert = false;
-        d->run_dtype = file_dtype;
-    }
+    d->run_dtype = spec->weight_dtype;
+    /* Frozen matrices stay in the file's dtype, except where the products
+     * run in bf16 and the file's values are not bf16 numbers: F32 or F16
+     * matrices are then rounded to bf16 once, at load (--weights-dtype bf16
+     * halves F32 weights). 16-bit matrices in fp32 products stay 16-bit and
+     * are expanded panel by panel inside the products (dims_apply_summary). */
+    d->convert = spec->weight_dtype == DTYPE_BF16 && file_dtype != DTYPE_BF16;
     return 0;
 }
 
+static int max_in_features(const Dims *d) { return imax(imax(d->C, d->QD), d->F); }
+
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
+    bool bf16_run = d->run_dtype == DTYPE_BF16;
     if (!ws->quantized) {
-        d->bf16_compute = d->run_dtype == DTYPE_BF16;
-        d->panel_cols = 0;
+        d->bf16_compute = bf16_run;
+        /* 16-bit weights in fp32 products: panels as wide as the widest input */
+        d->panel_cols = !bf16_run && d->file_dtype != DTYPE_F32 ? max_in_features(d) : 0;
         return 0;
     }
     if (spec->type == TUNE_FULL && ws->gguf)
@@ -126,26 +180,46 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
                          "model (lmtune convert -d)");
     d->quantized = true;
     d->convert = false;
-    d->run_dtype = d->file_dtype;
-    d->bf16_compute = ws->bf16_compute;
-    d->panel_cols = ws->panel_cols;
-    if (ws->gguf) {
-        /* a GGUF's blocks expand to the compute type the run asks for */
-        d->run_dtype = spec->weight_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
-        d->bf16_compute = d->run_dtype == DTYPE_BF16;
-    }
+    /* a GGUF's blocks expand to the compute type the run asks for */
+    d->bf16_compute = bf16_run && (ws->bf16_values || ws->gguf);
+    d->panel_cols = bf16_run ? ws->panel_cols_bf16 : ws->panel_cols_f32;
     return 0;
 }
 
 void proj_shape(const Dims *d, int p, int *in, int *out) {
+    /* inputs: the hidden size, but o_proj (attention heads), down (F), out_proj (value heads) */
+    *in = p == PROJ_O ? d->QD : p == PROJ_DOWN ? d->F : p == PROJ_LOUT ? d->g.Vd : d->C;
     switch (p) {
-    case PROJ_Q: *in = d->C; *out = d->QD; break;
-    case PROJ_K: case PROJ_V: *in = d->C; *out = d->KVD; break;
-    case PROJ_O: *in = d->QD; *out = d->C; break;
-    case PROJ_GATE: case PROJ_UP: *in = d->C; *out = d->F; break;
-    case PROJ_QKV: *in = d->C; *out = d->QKVD; break;
-    case PROJ_GATE_UP: *in = d->C; *out = 2 * d->F; break;
-    default: *in = d->F; *out = d->C; break;
+    case PROJ_Q:
+        *out = d->attn_gate ? 2 * d->QD : d->QD;
+        break;
+    case PROJ_K:
+    case PROJ_V:
+        *out = d->KVD;
+        break;
+    case PROJ_GATE:
+    case PROJ_UP:
+        *out = d->F;
+        break;
+    case PROJ_QKV:
+        *out = d->QKVD;
+        break;
+    case PROJ_GATE_UP:
+        *out = 2 * d->F;
+        break;
+    case PROJ_LQKV:
+        *out = d->g.CC;
+        break;
+    case PROJ_LZ:
+        *out = d->g.Vd;
+        break;
+    case PROJ_LB:
+    case PROJ_LA:
+        *out = d->g.Hv;
+        break;
+    default:          /* o_proj, down_proj, out_proj */
+        *out = d->C;
+        break;
     }
 }
 
@@ -173,32 +247,50 @@ static float *sub_f(Sub *s, size_t count) {
 static bool block_full(const Model *m, int l) { return m->spec.type == TUNE_FULL && l >= m->d.lo; }
 static unsigned block_adapted(const Model *m, int l) {
     if ((m->spec.type != TUNE_LORA && m->spec.type != TUNE_DORA) || l < m->d.lo) return 0;
-    return m->spec.lora_keys & m->d.projs;
+    return m->spec.lora_keys & layer_projs(&m->cfg, l);
 }
+
+/* Which block kinds a shared activation set serves. */
+enum { KIND_ATTN = 1, KIND_GDN = 2 };
 
 /* One block's activation set. full: a training set (x_in is not carved here;
  * every adapted projection keeps its own x@A); otherwise a forward workspace
- * whose projections share one x@A scratch. */
+ * whose projections share one x@A scratch. kinds: the block kinds it serves.
+ * transient: ln1, ln2, act and the intermediates rebuilt in backward are
+ * not carved here (shared_split points them into the shared region). */
 static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bool own_xa, int rows, int B,
-                       bool transient) {
+                       bool transient, int kinds) {
     size_t N = (size_t)rows;
     a->transient = transient;
     if (!transient) a->ln1 = sub_f(s, N * d->C);
     a->rstd1 = sub_f(s, N);
-    if (d->qk_norm) {
-        a->q_pre = sub_f(s, N * d->QD);
-        a->k_pre = sub_f(s, N * d->KVD);
-        a->q_rstd = sub_f(s, N * d->H);
-        a->k_rstd = sub_f(s, N * d->KVH);
+    if (kinds & KIND_ATTN) {
+        if (d->qk_norm) {
+            a->q_pre = sub_f(s, N * d->QD);
+            a->k_pre = sub_f(s, N * d->KVD);
+            a->q_rstd = sub_f(s, N * d->H);
+            a->k_rstd = sub_f(s, N * d->KVH);
+        }
+        a->q = sub_f(s, N * d->QD);
+        a->k = sub_f(s, N * d->KVD);
+        a->v = sub_f(s, N * d->KVD);
+        a->att = sub_f(s, N * d->QD);
+        a->lse = sub_f(s, B > 0 ? N * d->H : 0);   /* decode (B = 0) keeps no log-sum-exp */
+        if (d->attn_gate) a->agate = sub_f(s, N * d->QD);
+        if (d->sandwich) {
+            a->o = sub_f(s, N * d->C);
+            a->prstd1 = sub_f(s, N);
+        }
     }
-    a->q = sub_f(s, N * d->QD);
-    a->k = sub_f(s, N * d->KVD);
-    a->v = sub_f(s, N * d->KVD);
-    a->att = sub_f(s, N * d->QD);
-    a->lse = sub_f(s, B > 0 ? N * d->H : 0);   /* decode (B = 0) keeps no log-sum-exp */
-    if (d->sandwich) {
-        a->o = sub_f(s, N * d->C);
-        a->prstd1 = sub_f(s, N);
+    if (kinds & KIND_GDN) {
+        const GdnDims *g = &d->g;
+        a->qkv = sub_f(s, N * g->CC);
+        a->z = sub_f(s, N * g->Vd);
+        a->ga = sub_f(s, N * g->Hv);
+        a->gb = sub_f(s, N * g->Hv);
+        a->core = sub_f(s, N * g->Vd);
+        a->grstd = sub_f(s, N * g->Hv);
+        if (B > 0) a->states = sub_f(s, (size_t)B * g->Hv * g->nchunk * g->Dk * g->Dv);
     }
     a->x_mid = sub_f(s, N * d->C);
     if (!transient) a->ln2 = sub_f(s, N * d->C);
@@ -221,140 +313,126 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
         a->xa[p] = (adapted >> p & 1u) ? (own_xa ? sub_f(s, N * d->r) : shared) : NULL;
 }
 
-/* transient: ln1, ln2 and the GLU output are not kept (they are cheap to
- * rebuild from the saved block input, mid residual, rstd, gate and up); they
- * point into `shared`, one (N, 2C + F) region all trainable blocks reuse. */
-static int carve_acts(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a,
-                      unsigned adapted, bool own_xa, int rows, int B, bool transient, float *shared) {
+/* The intermediates every block rebuilds (cheaply) instead of keeping:
+ * norm outputs and the GLU output; Qwen3.5's q_proj output and gated
+ * attention output; the Gated DeltaNet's conv output, normalised q and k,
+ * gates and gated-norm output. One region serves all blocks. */
+static void shared_split(const Dims *d, Sub *s, BlockActs *a, int rows, int kinds) {
+    size_t N = (size_t)rows;
+    a->ln1 = sub_f(s, N * d->C);
+    a->ln2 = sub_f(s, N * d->C);
+    a->act = sub_f(s, N * d->F);
+    if ((kinds & KIND_ATTN) && d->attn_gate) {
+        a->qg = sub_f(s, N * 2 * d->QD);
+        a->ag = sub_f(s, N * d->QD);
+    }
+    if (kinds & KIND_GDN) {
+        const GdnDims *g = &d->g;
+        a->conv = sub_f(s, N * g->CC);
+        a->qn = sub_f(s, N * g->Kd);
+        a->kn = sub_f(s, N * g->Kd);
+        a->qr = sub_f(s, N * g->Hk);
+        a->kr = sub_f(s, N * g->Hk);
+        a->g = sub_f(s, N * g->Hv);
+        a->beta = sub_f(s, N * g->Hv);
+        a->gy = sub_f(s, N * g->Vd);
+    }
+}
+
+/* A set with its own copies of the shared intermediates (recompute set,
+ * forward and decode workspaces): carved as one block. */
+static void acts_split_whole(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bool own_xa, int rows, int B,
+                             int kinds) {
+    acts_split(d, s, a, adapted, own_xa, rows, B, true, kinds);
+    shared_split(d, s, a, rows, kinds);
+    a->transient = false;
+}
+
+static int carve_set(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a, unsigned adapted,
+                     bool own_xa, int rows, int B, int kinds) {
     Sub s = {0};
     BlockActs tmp;
-    acts_split(d, &s, &tmp, adapted, own_xa, rows, B, transient);
+    acts_split_whole(d, &s, &tmp, adapted, own_xa, rows, B, kinds);
     void *base;
     TRY(carve(cv, cls, name, s.off, &base));
     memset(a, 0, sizeof *a);
     if (base) {
         Sub s2 = {base, 0};
-        acts_split(d, &s2, a, adapted, own_xa, rows, B, transient);
-    }
-    if (transient && shared) {
-        size_t N = (size_t)rows;
-        a->transient = true;
-        a->ln1 = shared;
-        a->ln2 = shared + N * d->C;
-        a->act = shared + 2 * N * d->C;
+        acts_split_whole(d, &s2, a, adapted, own_xa, rows, B, kinds);
     }
     return 0;
 }
 
-/* Trainable tensors in their fixed order; list may be NULL (count only). */
-static size_t add_t(TrainableTensor *list, size_t i, size_t *floats, const char *name, int ndim, int64_t a, int64_t b) {
-    if (list) {
-        TrainableTensor *t = &list[i];
-        memset(t, 0, sizeof *t);
-        snprintf(t->name, sizeof t->name, "%s", name);
-        t->ndim = ndim;
-        t->shape[0] = a;
-        t->shape[1] = ndim == 2 ? b : 0;
-        t->numel = (size_t)a * (ndim == 2 ? (size_t)b : 1);
-        /* value/grad hold offsets until the block is carved */
-        t->value = (float *)(uintptr_t)(*floats);
+/* A trainable block's own set; its transient intermediates point into `shared`. */
+static int carve_block_acts(Carver *cv, const char *name, const Dims *d, BlockActs *a, unsigned adapted, int kinds,
+                            const BlockActs *shared) {
+    Sub s = {0};
+    BlockActs tmp;
+    acts_split(d, &s, &tmp, adapted, true, d->N, d->B, true, kinds);
+    void *base;
+    TRY(carve(cv, MEM_ACTIVATIONS, name, s.off, &base));
+    memset(a, 0, sizeof *a);
+    if (base) {
+        Sub s2 = {base, 0};
+        acts_split(d, &s2, a, adapted, true, d->N, d->B, true, kinds);
     }
-    size_t numel = (size_t)a * (ndim == 2 ? (size_t)b : 1);
-    *floats += (numel + 15) / 16 * 16;
-    return i + 1;
-}
-
-static size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats) {
-    const Dims *d = &m->d;
-    const ModelConfig *c = &m->cfg;
-    BlockTensor bt[BLOCK_TENSORS_MAX];
-    int nbt = block_tensors(c, bt);
-    size_t i = 0;
-    *floats = 0;
-    char nm[160];
-    for (int l = d->lo; l < d->L; l++) {
-        if (block_full(m, l)) {
-            /* every tensor of the block, under its HF name */
-            for (int j = 0; j < nbt; j++) {
-                layer_name(nm, sizeof nm, c->prefix, l, bt[j].suffix);
-                i = add_t(list, i, floats, nm, bt[j].ndim, bt[j].shape[0], bt[j].shape[1]);
-            }
-            continue;
-        }
-        FOR_EACH_PROJ(p, block_adapted(m, l)) {
-            int in, out;
-            proj_shape(d, p, &in, &out);
-            snprintf(nm, sizeof nm, "%slayers.%d.%s.lora_a", c->adapter_prefix, l, PROJ_KEYS[p]);
-            i = add_t(list, i, floats, nm, 2, in, d->r);
-            snprintf(nm, sizeof nm, "%slayers.%d.%s.lora_b", c->adapter_prefix, l, PROJ_KEYS[p]);
-            i = add_t(list, i, floats, nm, 2, d->r, out);
-            if (m->spec.type == TUNE_DORA) {
-                snprintf(nm, sizeof nm, "%slayers.%d.%s.m", c->adapter_prefix, l, PROJ_KEYS[p]);
-                i = add_t(list, i, floats, nm, 1, out, 0);
-            }
-        }
-    }
-    return i;
-}
-
-/* Points the block parameters at the trainable tensors (allocation mode). */
-static void bind_trainables(Model *m) {
-    size_t i = 0;
-    const Dims *d = &m->d;
-    BlockTensor bt[BLOCK_TENSORS_MAX];
-    int nbt = block_tensors(&m->cfg, bt);
-    for (int l = d->lo; l < d->L; l++) {
-        BlockParams *bp = &m->blocks[l];
-        if (block_full(m, l)) {
-            for (int j = 0; j < nbt; j++, i++) {
-                TrainableTensor *t = &m->trainables[i];
-                if (bt[j].role == BT_PROJ_WEIGHT) {
-                    int p = bt[j].proj;
-                    bp->w[p] = fw_plain(t->value, DTYPE_F32, (int)bt[j].shape[0], (int)bt[j].shape[1], DTYPE_F32);
-                    bp->dw[p] = t->grad;
-                    continue;
-                }
-                float **g, **v = block_slot(bp, &bt[j], &g);
-                *v = t->value;
-                *g = t->grad;
-            }
-            continue;
-        }
-        FOR_EACH_PROJ(p, bp->adapted) {
-            bp->la[p] = m->trainables[i].value;
-            bp->dla[p] = m->trainables[i].grad;
-            i++;
-            bp->lb[p] = m->trainables[i].value;
-            bp->dlb[p] = m->trainables[i].grad;
-            i++;
-            if (m->spec.type == TUNE_DORA) {
-                bp->dm[p] = m->trainables[i].value;
-                bp->ddm[p] = m->trainables[i].grad;
-                i++;
-            }
-        }
-    }
+    a->transient = true;
+    a->ln1 = shared->ln1;
+    a->ln2 = shared->ln2;
+    a->act = shared->act;
+    a->qg = shared->qg;
+    a->ag = shared->ag;
+    a->conv = shared->conv;
+    a->qn = shared->qn;
+    a->kn = shared->kn;
+    a->qr = shared->qr;
+    a->kr = shared->kr;
+    a->g = shared->g;
+    a->beta = shared->beta;
+    a->gy = shared->gy;
+    return 0;
 }
 
 static size_t max_in_out(const Dims *d) {
-    size_t m = (size_t)imax(imax(d->C, d->F), imax(d->QD, d->KVD));
-    if (d->fused_qkv && (size_t)d->QKVD > m) m = (size_t)d->QKVD;
-    if (d->gu_ld > (int)m) m = (size_t)d->gu_ld;
-    return m;
+    int m = imax(imax(d->C, d->F), imax(d->attn_gate ? 2 * d->QD : d->QD, d->KVD));
+    if (d->fused_qkv) m = imax(m, d->QKVD);
+    m = imax(m, d->gu_ld);
+    if (d->q35) m = imax(m, imax(d->g.CC, d->g.Vd));
+    return (size_t)m;
 }
 
-static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora) {
+static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kinds) {
     size_t N = (size_t)d->N;
     sc->dres = sub_f(s, N * d->C);
     sc->dln = sub_f(s, N * d->C);
     if (d->sandwich) sc->dpost = sub_f(s, N * d->C);
-    sc->datt = sub_f(s, N * d->QD);
-    sc->dq = sub_f(s, N * d->QD);
-    sc->dk = sub_f(s, N * d->KVD);
-    sc->dv = sub_f(s, N * d->KVD);
-    if (d->qk_norm) {
-        sc->dq_pre = sub_f(s, N * d->QD);
-        sc->dk_pre = sub_f(s, N * d->KVD);
+    if (kinds & KIND_ATTN) {
+        sc->datt = sub_f(s, N * d->QD);
+        sc->dq = sub_f(s, N * d->QD);
+        sc->dk = sub_f(s, N * d->KVD);
+        sc->dv = sub_f(s, N * d->KVD);
+        if (d->qk_norm) {
+            sc->dq_pre = sub_f(s, N * d->QD);
+            sc->dk_pre = sub_f(s, N * d->KVD);
+        }
+        if (d->attn_gate) {
+            sc->dqg = sub_f(s, N * 2 * d->QD);
+            sc->dagate = sub_f(s, N * d->QD);
+        }
+    }
+    if (kinds & KIND_GDN) {
+        const GdnDims *g = &d->g;
+        sc->dqkv = sub_f(s, N * g->CC);
+        sc->dconv = sub_f(s, N * g->CC);
+        sc->dqn = sub_f(s, N * g->Kd);
+        sc->dkn = sub_f(s, N * g->Kd);
+        sc->dcore = sub_f(s, N * g->Vd);
+        sc->dz = sub_f(s, N * g->Vd);
+        sc->dgy = sub_f(s, N * g->Vd);
+        sc->dg = sub_f(s, N * g->Hv);
+        sc->dbeta = sub_f(s, N * g->Hv);
+        sc->dga = sub_f(s, N * g->Hv);
+        sc->dgb = sub_f(s, N * g->Hv);
     }
     if (d->gu_ld != d->F) {
         sc->dgate = sub_f(s, N * d->gu_ld);
@@ -373,21 +451,47 @@ static void lora_split(const Dims *d, Sub *s, LoraScratch *ls, bool dora) {
     if (d->dropout) ls->drop_x = sub_f(s, (size_t)d->N * max_in_out(d));
     if (dora) {
         size_t mx = max_in_out(d);
-        ls->at = sub_f(s, (size_t)d->r * mx);
-        ls->wa = sub_f(s, (size_t)d->r * mx);
-        ls->g = sub_f(s, (size_t)d->r * d->r);
-        ls->gb = sub_f(s, (size_t)d->r * mx);
+        ls->at = sub_f(s, (size_t)d->r * mx); ls->wa = sub_f(s, (size_t)d->r * mx);
+        ls->g = sub_f(s, (size_t)d->r * d->r); ls->gb = sub_f(s, (size_t)d->r * mx);
     }
 }
 
 /* Positions of layer l's KV cache: a sliding layer keeps a ring of the
  * window plus the rows of one decode chunk (every row of a chunk still sees
- * its whole window after the chunk's keys are written). */
+ * its whole window after the chunk's keys are written); a Gated DeltaNet
+ * layer keeps none (its states instead). */
 static int kv_layer_len(const Model *m, int l) {
     const Dims *d = &m->d;
+    if (layer_gdn(&m->cfg, l)) return 0;
     int w = m->cfg.layer_flags[l] & LAYER_SLIDING ? m->cfg.sliding_window : 0;
     if (w <= 0 || (long)w + d->dec_rows - 1 >= d->kv_T) return d->kv_T;
     return w + d->dec_rows - 1;
+}
+
+/* The block kinds among layers [l0, l1). */
+static int kinds_of(const Model *m, int l0, int l1) {
+    int k = 0;
+    for (int l = l0; l < l1; l++) k |= layer_gdn(&m->cfg, l) ? KIND_GDN : KIND_ATTN;
+    return k;
+}
+
+/* The union of the adapted projections of the trainable blocks. */
+static unsigned adapted_union(const Model *m) {
+    unsigned u = 0;
+    for (int l = m->d.lo; l < m->d.L; l++) u |= m->blocks[l].adapted;
+    return u;
+}
+
+
+/* Per layer, the slot of its Gated DeltaNet states (attention layers: of
+ * their attention, unused; their KV cache is at kv_off). */
+static int assign_cache_slots(Model *m, bool alloc) {
+    if (!alloc) return 0;
+    m->cache_slot = mem_calloc((size_t)m->d.L, sizeof *m->cache_slot);
+    if (!m->cache_slot) return -1;
+    int na = 0, ng = 0;
+    for (int l = 0; l < m->d.L; l++) m->cache_slot[l] = m->blocks[l].gdn ? ng++ : na++;
+    return 0;
 }
 
 /* 1. frozen matrices converted from the file's dtype */
@@ -406,7 +510,7 @@ static int walk_frozen_matrices(Model *m, Carver *cv) {
     }
     for (int l = 0; l < d->L; l++) {
         if (block_full(m, l)) continue;
-        FOR_EACH_PROJ(pj, d->projs) {
+        FOR_EACH_PROJ(pj, m->blocks[l].projs) {
             int in, out;
             proj_shape(d, pj, &in, &out);
             snprintf(nm, sizeof nm, "%slayers.%d.%s.weight", cfg->prefix, l, PROJ_KEYS[pj]);
@@ -417,7 +521,33 @@ static int walk_frozen_matrices(Model *m, Carver *cv) {
     return 0;
 }
 
-/* 2. frozen norms and biases as fp32, DoRA base row norms, RoPE tables */
+/* A Gated DeltaNet block's frozen small tensors: its two norms, then conv1d,
+ * A_log, dt_bias and the gated norm as one carve. */
+static int carve_gdn_small(Model *m, int l, Carver *cv) {
+    const Dims *d = &m->d;
+    const GdnDims *g = &d->g;
+    const char *pf = m->cfg.prefix;
+    BlockParams *bp = &m->blocks[l];
+    char nm[160];
+    snprintf(nm, sizeof nm, "%slayers.%d.input_layernorm.weight", pf, l);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln1);
+    snprintf(nm, sizeof nm, "%slayers.%d.post_attention_layernorm.weight", pf, l);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln2);
+    snprintf(nm, sizeof nm, "%slayers.%d.linear_attn.conv1d, A_log, dt_bias, norm", pf, l);
+    size_t n = (size_t)g->CC * g->K;
+    float *p;
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (n + 2 * (size_t)g->Hv + g->Dv) * 4, p);
+    if (p) {
+        bp->conv_w = p;
+        bp->A_log = p + n;
+        bp->dt_bias = p + n + g->Hv;
+        bp->gnorm = p + n + 2 * g->Hv;
+    }
+    return 0;
+}
+
+/* 2. frozen norms, biases and Gated DeltaNet tensors as fp32, DoRA base row
+ * norms, RoPE tables */
 static int walk_frozen_small(Model *m, const ModelSpec *spec, Carver *cv) {
     const Dims *d = &m->d;
     const ModelConfig *cfg = &m->cfg;
@@ -429,11 +559,15 @@ static int walk_frozen_small(Model *m, const ModelSpec *spec, Carver *cv) {
     for (int l = 0; l < d->L; l++) {
         if (block_full(m, l)) continue;
         BlockParams *bp = &m->blocks[l];
-        for (int j = 0; j < nbt; j++) {
-            if (bt[j].ndim != 1) continue;
-            float **g, **v = block_slot(bp, &bt[j], &g);
-            layer_name(nm, sizeof nm, cfg->prefix, l, bt[j].suffix);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)bt[j].shape[0] * 4, *v);
+        if (bp->gdn) {
+            TRY(carve_gdn_small(m, l, cv));
+        } else {
+            for (int j = 0; j < nbt; j++) {
+                if (bt[j].ndim != 1) continue;
+                float **g, **v = block_slot(bp, &bt[j], &g);
+                layer_name(nm, sizeof nm, cfg->prefix, l, bt[j].suffix);
+                CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)bt[j].shape[0] * 4, *v);
+            }
         }
         if (spec->type != TUNE_DORA) continue;
         FOR_EACH_PROJ(pj, bp->adapted) {
@@ -443,7 +577,7 @@ static int walk_frozen_small(Model *m, const ModelSpec *spec, Carver *cv) {
             CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->wnorm2[pj]);
         }
     }
-    if (d->rope_T <= 0) return 0;
+    if (d->rope_T <= 0 || d->n_attn == 0) return 0;
     static const char *set_names[2][ROPE_SETS] = {{"RoPE", "RoPE (sliding layers)"},
                                                   {"RoPE (longrope short factors)", "RoPE (longrope long factors)"}};
     bool lr = cfg->rope_scaling.type == ROPE_SCALING_LONGROPE;
@@ -503,10 +637,12 @@ static int walk_trainables(Model *m, const ModelSpec *spec, Carver *cv) {
 
 /* 4. activations, checkpoints, backward scratch, LM head */
 static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
-    const Dims *d = &m->d;
     bool dora = spec->type == TUNE_DORA;
-    char nm[160];
+    const Dims *d = &m->d;
     size_t N = (size_t)d->N;
+    char nm[160];
+    int kinds_all = kinds_of(m, 0, d->L), kinds_train = kinds_of(m, d->lo, d->L);
+    unsigned ad_all = d->r ? adapted_union(m) : 0;
     CARVE(cv, MEM_ACTIVATIONS, "token ids", N * sizeof(int), m->ids);
     CARVE(cv, MEM_ACTIVATIONS, "residual stream (ping)", N * d->C * 4, m->resid[0]);
     CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
@@ -517,19 +653,32 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
             m->acts = mem_calloc((size_t)d->n_train, sizeof *m->acts);
             if (!m->acts) return -1;
         }
-        float *shared;
-        CARVE(cv, MEM_ACTIVATIONS, "norm outputs and GLU output (one block, rebuilt in backward)",
-              N * (2 * (size_t)d->C + d->F) * 4, shared);
+        Sub s = {0};
+        BlockActs shared = {0};
+        shared_split(d, &s, &shared, d->N, kinds_train);
+        void *base;
+        const char *what = d->q35 ? "norm and GLU outputs, gate and Gated DeltaNet intermediates "
+                                    "(one block, rebuilt in backward)"
+                                  : "norm outputs and GLU output (one block, rebuilt in backward)";
+        TRY(carve(cv, MEM_ACTIVATIONS, what, s.off, &base));
+        if (base) {
+            Sub s2 = {base, 0};
+            shared_split(d, &s2, &shared, d->N, kinds_train);
+        }
         for (int i = 0; i < d->n_train; i++) {
             int l = d->lo + i;
             BlockActs tmp, *a = m->acts ? &m->acts[i] : &tmp;
+            float *xin;
             snprintf(nm, sizeof nm, "block %d input", l);
-            CARVE(cv, MEM_ACTIVATIONS, nm, N * d->C * 4, a->x_in);
-            float *xin = a->x_in;
-            snprintf(nm, sizeof nm, "block %d saved activations", l);
-            TRY(carve_acts(cv, MEM_ACTIVATIONS, nm, d, a, m->blocks[l].adapted, true, d->N, d->B, true, shared));
+            CARVE(cv, MEM_ACTIVATIONS, nm, N * d->C * 4, xin);
+            snprintf(nm, sizeof nm, "block %d saved activations%s", l, m->blocks[l].gdn ? " (Gated DeltaNet)" : "");
+            TRY(carve_block_acts(cv, nm, d, a, m->blocks[l].adapted, kinds_of(m, l, l + 1), &shared));
             a->x_in = xin;
         }
+        /* the frozen blocks below run in acts[0], unless their kind differs (Qwen3.5) */
+        if (d->q35 && d->lo > 0)
+            TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace of the frozen blocks)",
+                          d, &m->work, 0, false, d->N, d->B, kinds_of(m, 0, d->lo)));
     } else if (d->train) {
         if (cv->arena) {
             m->ckpt = mem_calloc((size_t)d->n_train, sizeof *m->ckpt);
@@ -540,26 +689,31 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
             snprintf(nm, sizeof nm, "block %d input (checkpoint)", d->lo + i);
             CARVE(cv, MEM_CHECKPOINTS, nm, N * d->C * 4, *p);
         }
-        unsigned ad = d->r ? (spec->lora_keys & d->projs) : 0;
-        TRY(carve_acts(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad, true, d->N, d->B,
-                       false, NULL));
+        TRY(carve_set(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad_all, true, d->N, d->B,
+                      kinds_all));
     } else {
-        unsigned ad = d->r ? (spec->lora_keys & d->projs) : 0;
-        TRY(carve_acts(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad, false,
-                       d->N, d->B, false, NULL));
+        TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad_all, false,
+                      d->N, d->B, kinds_all));
     }
     if (d->train) {
         Sub s = {0};
         Scratch tmp;
-        scratch_split(d, &s, &tmp, dora);
+        scratch_split(d, &s, &tmp, dora, kinds_train);
         void *base;
         TRY(carve(cv, MEM_BACKWARD_SCRATCH, "activation gradients (one block)", s.off, &base));
         if (base) {
             Sub s2 = {base, 0};
-            scratch_split(d, &s2, &m->sc, dora);
+            scratch_split(d, &s2, &m->sc, dora, kinds_train);
         }
-        CARVE(cv, MEM_ATTENTION, "attention backward workspace",
-              attention_workspace_floats(d->B, d->T, d->H, d->KVH, d->D) * 4, m->sc.attn_ws);
+        if (kinds_train & KIND_ATTN)
+            CARVE(cv, MEM_ATTENTION, "attention backward workspace",
+                  attention_workspace_floats(d->B, d->T, d->H, d->KVH, d->D) * 4, m->sc.attn_ws);
+    }
+    if (kinds_all & KIND_GDN) {
+        GdnShape gs = {d->B, d->T, d->g.Hk, d->g.Hv, d->g.Dk, d->g.Dv, d->g.chunk};
+        snprintf(nm, sizeof nm, "Gated DeltaNet chunk workspace (%d threads)", d->g.threads);
+        CARVE(cv, d->train ? MEM_BACKWARD_SCRATCH : MEM_ACTIVATIONS, nm,
+              gdn_workspace_floats(&gs, d->g.threads, d->train) * 4, m->sc.gdn_ws);
     }
     CARVE(cv, MEM_LMHEAD, "LM-head targets", N * sizeof(int), m->targets);
     CARVE(cv, MEM_LMHEAD, "LM-head row weights", N * 4, m->row_weight);
@@ -580,8 +734,8 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
     return 0;
 }
 
-/* 5. KV cache and decode workspace */
-static int walk_kv_cache(Model *m, const ModelSpec *spec, Carver *cv) {
+/* 5. KV cache, Gated DeltaNet states and decode workspace */
+static int walk_kv_cache(Model *m, Carver *cv) {
     const Dims *d = &m->d;
     size_t rows = 0;
     for (int l = 0; l < d->L; l++) {
@@ -592,24 +746,42 @@ static int walk_kv_cache(Model *m, const ModelSpec *spec, Carver *cv) {
         rows += (size_t)kv_layer_len(m, l);
     }
     size_t kv = rows * d->KVD * 4;
-    CARVE(cv, MEM_KV_CACHE, "KV cache keys", kv, m->kcache);
-    CARVE(cv, MEM_KV_CACHE, "KV cache values", kv, m->vcache);
-    unsigned ad = d->r ? (spec->lora_keys & d->projs) : 0;
-    TRY(carve_acts(cv, MEM_KV_CACHE, "decode workspace (one block)", d, &m->dec, ad, false, d->dec_rows, 0, false,
-                   NULL));
+    if (kv) {
+        CARVE(cv, MEM_KV_CACHE, "KV cache keys", kv, m->kcache);
+        CARVE(cv, MEM_KV_CACHE, "KV cache values", kv, m->vcache);
+    }
+    if (d->n_gdn) {
+        const GdnDims *g = &d->g;
+        CARVE(cv, MEM_KV_CACHE, "Gated DeltaNet conv states (last K-1 inputs)",
+              (size_t)d->n_gdn * (g->K - 1) * g->CC * 4, m->conv_state);
+        CARVE(cv, MEM_KV_CACHE, "Gated DeltaNet recurrent states", (size_t)d->n_gdn * g->Hv * g->Dk * g->Dv * 4,
+              m->rec_state);
+        GdnShape gs = {1, d->dec_rows, g->Hk, g->Hv, g->Dk, g->Dv, g->chunk};
+        CARVE(cv, MEM_KV_CACHE, "Gated DeltaNet chunk workspace (decode)",
+              gdn_workspace_floats(&gs, g->threads, 0) * 4, m->dec_gdn_ws);
+    }
+    unsigned ad = d->r ? adapted_union(m) : 0;
+    TRY(carve_set(cv, MEM_KV_CACHE, "decode workspace (one block)", d, &m->dec, ad, false, d->dec_rows, 0,
+                  kinds_of(m, 0, d->L)));
     CARVE(cv, MEM_KV_CACHE, "decode residual", (size_t)d->dec_rows * d->C * 4, m->dec_x);
     CARVE(cv, MEM_KV_CACHE, "decode residual 2", (size_t)d->dec_rows * d->C * 4, m->dec_x2);
-    CARVE(cv, MEM_KV_CACHE, "decode scores", (size_t)d->H * d->kv_T * 4, m->dec_scores);
+    if (d->n_attn) CARVE(cv, MEM_KV_CACHE, "decode scores", (size_t)d->H * d->kv_T * 4, m->dec_scores);
     CARVE(cv, MEM_KV_CACHE, "decode token history", (size_t)d->kv_T * sizeof(int32_t), m->dec_tokens);
     return 0;
 }
 
 int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     const Dims *d = &m->d;
+    const ModelConfig *cfg = &m->cfg;
     bool dora = spec->type == TUNE_DORA;
 
     /* Block parameter slots (heap, not arena) */
-    for (int l = 0; l < d->L; l++) m->blocks[l].adapted = block_adapted(m, l);
+    for (int l = 0; l < d->L; l++) {
+        m->blocks[l].adapted = block_adapted(m, l);
+        m->blocks[l].projs = layer_projs(cfg, l);
+        m->blocks[l].gdn = layer_gdn(cfg, l);
+    }
+    TRY(assign_cache_slots(m, cv->arena != NULL));
 
     if (d->convert) TRY(walk_frozen_matrices(m, cv));
     TRY(walk_frozen_small(m, spec, cv));
@@ -632,7 +804,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         CARVE(cv, d->train ? MEM_BACKWARD_SCRATCH : MEM_ACTIVATIONS, "fused qkv_proj output / gradient",
               rows * d->QKVD * 4, m->qkv_tmp);
     }
-    if (d->kv_T > 0) TRY(walk_kv_cache(m, spec, cv));
+    if (d->kv_T > 0) TRY(walk_kv_cache(m, cv));
 
     /* 6. bf16 conversion scratch of the matrix products */
     if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
@@ -714,65 +886,55 @@ static int plan_quantized_weights(const WeightsSummary *ws, const ModelConfig *c
     return plan_note(plan, MEM_FROZEN_WEIGHTS, nm, ws->block_bytes, false);
 }
 
-int model_plan_weights(const char *model_dir, const ModelConfig *cfg, const ModelSpec *spec, MemPlan *plan) {
+int model_plan_weights(const char *model_dir, const ModelConfig *cfg_in, const ModelSpec *spec, MemPlan *plan) {
     WeightsSummary ws;
-    TRY(model_weights_summary(model_dir, cfg, &ws));
-    if (ws.quantized) return plan_quantized_weights(&ws, cfg, plan);
-    DType ft = ws.file_dtype;
+    TRY(model_weights_summary(model_dir, cfg_in, &ws));
+    if (ws.quantized) return plan_quantized_weights(&ws, cfg_in, plan);
+    StModel st;
+    TRY(st_model_open(&st, model_dir, true));
+    ModelConfig *cfg = mem_alloc(sizeof *cfg);
+    if (!cfg) {
+        st_model_close(&st);
+        return -1;
+    }
+    *cfg = *cfg_in;
+    char en[160];
+    int rc = model_tensors_resolve(cfg, &st);
+    model_tensor_name(cfg, en, sizeof en, "model.embed_tokens.weight");
+    const StTensor *e = rc == 0 ? st_model_find(&st, en) : NULL;
+    if (rc == 0 && !e) rc = error_set("%s: tensor %s is missing", model_dir, en);
     Dims d;
-    TRY(dims_init(&d, cfg, spec, ft));
-    if (d.convert) return 0;
+    if (rc == 0) rc = dims_init(&d, cfg, spec, e->dtype);
+    DType ft = e ? e->dtype : DTYPE_F32;
+    st_model_close(&st);
+    if (rc < 0 || d.convert) {
+        mem_free(cfg);
+        return rc;
+    }
     size_t es = ft == DTYPE_F32 ? 4 : 2;
     size_t emb = (size_t)d.V * d.C * es;
     char nm[160];
     snprintf(nm, sizeof nm, "%sembed_tokens.weight (mapped file)", cfg->prefix);
-    TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false));
-    if (!cfg->tie_word_embeddings) {
+    rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false);
+    if (rc == 0 && !cfg->tie_word_embeddings) {
         snprintf(nm, sizeof nm, "%s (mapped file)", cfg->head_name);
-        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false));
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, emb, false);
     }
-    size_t per_block = 0;
-    FOR_EACH_PROJ(p, d.projs) {
-        int in, out;
-        proj_shape(&d, p, &in, &out);
-        per_block += (size_t)in * out * es;
-    }
-    int frozen = spec->type == TUNE_FULL ? d.lo : d.L;
-    if (frozen > 0) {
-        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
-        TRY(plan_note(plan, MEM_FROZEN_WEIGHTS, nm, per_block * frozen, false));
-    }
-    return 0;
-}
-
-int model_trainable_list(const ModelConfig *cfg, const ModelSpec *spec, TrainableTensor **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
-    DType t = cfg->torch_dtype;
-    if (t != DTYPE_F32 && t != DTYPE_BF16 && t != DTYPE_F16) t = DTYPE_F32;
-    WeightsSummary ws;
-    weights_summary_plain(&ws, t);
-    Model *m = plan_model(cfg, spec, &ws);
-    if (!m) return -1;
-    /* The walk decides which projections each block adapts; run it in
-     * planning mode into a throwaway plan first. */
-    MemPlan scratch = {0};
-    Carver plan_only = {NULL, &scratch};
-    int rc = layout_walk(m, spec, &plan_only);
-    plan_free(&scratch);
-    if (rc == 0) {
-        size_t floats = 0, nt = trainables_enumerate(m, NULL, &floats);
-        TrainableTensor *list = nt ? mem_calloc(nt, sizeof *list) : NULL;
-        if (nt && !list) rc = -1;
-        else {
-            if (nt) trainables_enumerate(m, list, &floats);
-            for (size_t i = 0; i < nt; i++) list[i].value = list[i].grad = NULL;
-            *out = list;
-            *n = nt;
+    size_t bytes = 0;
+    int frozen = 0;
+    for (int l = 0; l < d.L; l++) {
+        if (spec->type == TUNE_FULL && l >= d.lo) continue;
+        frozen++;
+        FOR_EACH_PROJ(p, layer_projs(cfg, l)) {
+            int in, out;
+            proj_shape(&d, p, &in, &out);
+            bytes += (size_t)in * out * es;
         }
     }
-    mem_free(m->trainables);
-    mem_free(m->blocks);
-    mem_free(m);
+    if (rc == 0 && frozen > 0) {
+        snprintf(nm, sizeof nm, "%d blocks' matrices (mapped file, %s)", frozen, dtype_name(ft));
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, bytes, false);
+    }
+    mem_free(cfg);
     return rc;
 }

@@ -43,6 +43,7 @@ void model_free(Model *m) {
     mem_free(m->trainables);
     mem_free(m->acts);
     mem_free(m->ckpt);
+    mem_free(m->cache_slot);
     mem_free(m);
 }
 
@@ -82,8 +83,11 @@ static const int32_t *gguf_map(const Model *m, const char *name) {
     return NULL;
 }
 
+/* A 1-D tensor into fp32 (norms as stored: zero-centred ones are used as
+ * 1 + w by the kernels). */
 static int load_small(Model *m, const char *name, int64_t n, float *dst) {
-    if (m->gguf) return dst ? gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst) : 0;
+    if (!dst && m->gguf) return 0;
+    if (m->gguf) return gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst);
     const StTensor *t;
     TRY(tensor_1d(m, name, n, &t));
     if (dst) dtype_to_f32(dst, t->data, t->dtype, (size_t)n);
@@ -104,7 +108,7 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
     if (m->d.quantized) {
         FrozenWeight v;
         bool q;
-        TRY(weights_view(&m->st, &m->qc, module, rows, cols, &v, &q));
+        TRY(weights_view(&m->st, &m->qc, module, rows, cols, m->d.run_dtype, &v, &q));
         if (fw) *fw = v;
         return 0;
     }
@@ -118,8 +122,29 @@ static int load_matrix(Model *m, const char *module, int rows, int cols, FrozenW
         convert((void *)fw->data, run, t->data, t->dtype, (size_t)rows * cols);
         *fw = fw_plain(fw->data, run, rows, cols, run);
     } else {
-        *fw = fw_plain(t->data, t->dtype, rows, cols, matmul_weight_dtype(t->dtype));
+        /* in place in the mapped file; 16-bit weights in fp32 products expand panels */
+        *fw = fw_plain(t->data, t->dtype, rows, cols, m->d.run_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     }
+    return 0;
+}
+
+/* Gated DeltaNet's small tensors: conv1d (C', 1, K) or MLX's (C', K, 1), the
+ * same floats either way, A_log, dt_bias, the gated norm (as stored). */
+static int load_gdn_small(Model *m, int l, BlockParams *bp, bool none) {
+    const GdnDims *g = &m->d.g;
+    char nm[160];
+    bool mlx = m->cfg.q35.layout == Q35_LAYOUT_MLX;
+    int64_t shape[3] = {g->CC, mlx ? g->K : 1, mlx ? 1 : g->K};
+    const StTensor *t;
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.weight", l);
+    TRY(st_model_expect(&m->st, nm, 3, shape, &t));
+    if (!none) dtype_to_f32(bp->conv_w, t->data, t->dtype, (size_t)g->CC * g->K);
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.A_log", l);
+    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->A_log));
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.dt_bias", l);
+    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->dt_bias));
+    model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", l);
+    TRY(load_small(m, nm, g->Dv, none ? NULL : bp->gnorm));
     return 0;
 }
 
@@ -144,6 +169,20 @@ static int load_weights(Model *m, bool check_only) {
         BlockParams *bp = &m->blocks[l];
         bool full = none || (m->spec.type == TUNE_FULL && l >= d->lo);
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
+        if (layer_gdn(c, l)) {
+            FOR_EACH_PROJ(p, layer_projs(c, l)) {
+                int in, out;
+                proj_shape(d, p, &in, &out);
+                layer_name(nm, sizeof nm, c->prefix, l, PROJ_KEYS[p]);
+                TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p]));
+            }
+            layer_name(nm, sizeof nm, c->prefix, l, "input_layernorm.weight");
+            TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1));
+            layer_name(nm, sizeof nm, c->prefix, l, "post_attention_layernorm.weight");
+            TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2));
+            TRY(load_gdn_small(m, l, bp, full));
+            continue;
+        }
         for (int j = 0; j < nbt; j++) {
             if (bt[j].role == BT_PROJ_WEIGHT) {
                 int p = bt[j].proj;
@@ -176,7 +215,7 @@ static void attention_params(Model *m) {
 static void fixed_tables(Model *m) {
     const Dims *d = &m->d;
     const ModelConfig *c = &m->cfg;
-    if (d->rope_T > 0) {
+    if (m->rope_cos[0]) { /* none without attention layers */
         rope_tables(m->rope_cos[0], m->rope_sin[0], d->rope_T, d->rd, c->rope_theta, &c->rope_scaling, false);
         if (c->rope_scaling.type == ROPE_SCALING_LONGROPE)
             rope_tables(m->rope_cos[1], m->rope_sin[1], d->rope_T, d->rd, c->rope_theta, &c->rope_scaling, true);
@@ -262,7 +301,7 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
     if (rc < 0) goto fail;
     if (st_model_open(&m->st, model_dir, false) < 0) goto fail;
     m->st_open = true;
-    model_tensors_detect_prefix(&m->cfg, &m->st);
+    if (model_tensors_resolve(&m->cfg, &m->st) < 0) goto fail;
     WeightsSummary ws;
     /* every quantized module checked, then every tensor, before a byte of the arena is used */
     if (weights_summary_open(&m->st, &m->cfg, &m->qc, &ws) < 0) goto fail;

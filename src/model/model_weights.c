@@ -4,6 +4,7 @@
  * for the planner from the safetensors headers alone (model_weights_summary),
  * and the same walk on the real files when a model is loaded. */
 #include "model/model_internal.h"
+#include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
@@ -11,7 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Matrix k of a model: 0 the embedding, 1 the LM head, then PROJ_COUNT slots per block. */
+/* Matrix k of a model: 0 the embedding, 1 the LM head, then PROJ_COUNT slots
+ * per block (a block has only some of them: layer_projs). */
 int weights_matrix_count(const Dims *d) { return 2 + PROJ_COUNT * d->L; }
 
 bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols) {
@@ -22,13 +24,19 @@ bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, 
         *cols = d->C;
         return k == 0 || !cfg->tie_word_embeddings;
     }
-    int l = (k - 2) / PROJ_COUNT, p = (k - 2) % PROJ_COUNT;
+    int l = (k - 2) / PROJ_COUNT;
+    int p = (k - 2) % PROJ_COUNT;
+    if (!(layer_projs(cfg, l) >> p & 1u)) return false;
     layer_name(module, cap, cfg->prefix, l, PROJ_KEYS[p]);
     proj_shape(d, p, cols, rows);
-    return (d->projs >> p & 1u) != 0;
+    return true;
 }
 
-int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols,
+DType weights_compute(const FrozenWeight *w, DType run) {
+    return run == DTYPE_BF16 && w->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+}
+
+int weights_view(const StModel *st, const QuantConfig *qc, const char *module, int rows, int cols, DType run,
                  FrozenWeight *out, bool *quantized) {
     QuantParams qp;
     int q = quant_module(qc, st, module, &qp);
@@ -40,13 +48,15 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
         TRY(quant_module_tensors(st, module, rows, cols, &qp, &qt));
         *out = fw_affine(qt.codes->data, qt.scales->data, qt.biases->data, qt.scales->dtype, qp.bits, qp.group,
                          rows, cols);
+        out->compute = weights_compute(out, run);
         return 0;
     }
     snprintf(name, sizeof name, "%s.weight", module);
     int64_t shape[2] = {rows, cols};
     const StTensor *t;
     TRY(st_model_expect(st, name, 2, shape, &t));
-    *out = fw_plain(t->data, t->dtype, rows, cols, matmul_weight_dtype(t->dtype));
+    *out = fw_plain(t->data, t->dtype, rows, cols, DTYPE_F32);
+    out->compute = weights_compute(out, run);
     return 0;
 }
 
@@ -65,7 +75,7 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
         if (!weights_matrix(cfg, &d, k, module, sizeof module, &rows, &cols)) continue;
         FrozenWeight w;
         bool q;
-        TRY(weights_view(st, qc, module, rows, cols, &w, &q));
+        TRY(weights_view(st, qc, module, rows, cols, DTYPE_F32, &w, &q));
         size_t bytes = fw_storage_bytes(&w);
         if (k == 0) ws->embed_bytes = bytes;
         else if (k == 1) ws->lm_head_bytes = bytes;
@@ -78,8 +88,10 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
         } else if (plain == DTYPE_COUNT) {
             plain = w.dtype;
         }
-        if (w.compute == DTYPE_BF16) ws->bf16_compute = true;
-        if (!fw_is_direct(&w) && cols > ws->panel_cols) ws->panel_cols = cols;
+        if (w.dtype == DTYPE_BF16) ws->bf16_values = true;
+        if (!fw_is_direct(&w) && cols > ws->panel_cols_f32) ws->panel_cols_f32 = cols;
+        w.compute = weights_compute(&w, DTYPE_BF16);
+        if (!fw_is_direct(&w) && cols > ws->panel_cols_bf16) ws->panel_cols_bf16 = cols;
     }
     if (!ws->quantized) ws->bits_min = 0;
     ws->file_dtype = ws->quantized ? scales : plain;
@@ -99,15 +111,15 @@ int model_weights_summary(const char *model_dir, const ModelConfig *cfg, Weights
         quant_config_free(&qc);
         return -1;
     }
-    /* the text weights of a multimodal checkpoint may sit under either prefix */
-    ModelConfig *c = mem_alloc(sizeof *c);
-    rc = -1;
-    if (c) {
-        *c = *cfg;
-        model_tensors_detect_prefix(c, &st);
-        rc = summarise(&st, c, &qc, ws);
-        mem_free(c);
+    /* where the text weights sit (a multimodal gemma3's or a Qwen3.5 directory's prefix) */
+    ModelConfig *rcfg = mem_alloc(sizeof *rcfg);
+    rc = rcfg ? 0 : -1;
+    if (rc == 0) {
+        *rcfg = *cfg;
+        rc = model_tensors_resolve(rcfg, &st);
     }
+    if (rc == 0) rc = summarise(&st, rcfg, &qc, ws);
+    mem_free(rcfg);
     st_model_close(&st);
     quant_config_free(&qc);
     return rc;

@@ -176,11 +176,13 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
     if (!w || !names) { mem_free(w); mem_free(names); return -1; }
     for (size_t i = 0; i < n; i++) {
         snprintf(names[k], sizeof names[k], "param/%s", t[i].name);
-        w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, t[i].value};
+        w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1], t[i].shape[2]},
+                               t[i].value};
         k++;
         if (s->accum_count > 0) {
             snprintf(names[k], sizeof names[k], "grad/%s", t[i].name);
-            w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, t[i].grad};
+            w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1], t[i].shape[2]},
+                                   t[i].grad};
             k++;
         }
         OptStateView v[4];

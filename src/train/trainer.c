@@ -149,7 +149,7 @@ typedef struct {
     double window_time;     /* seconds of training steps in the report window (not saved) */
     bool profile;           /* LMTUNE_PROFILE: time the steps by kernel class */
     int profiled_steps;
-    double profiled_time;   /* wall seconds of the profiled steps */
+    double profiled_time;   /* wall (LMTUNE_PROFILE=cpu: CPU) seconds of the profiled steps */
     TestHooks hooks;        /* read when the loop starts */
 } Loop;
 
@@ -229,13 +229,13 @@ static double reported_lr(const Loop *L) {
     return schedule_lr(&L->cfg->schedule, s > 0 ? s - 1 : 0);
 }
 
-/* LMTUNE_PROFILE: wall seconds per step by kernel class, over every step
+/* LMTUNE_PROFILE: wall (or CPU) seconds per step by kernel class, over every step
  * of the run but the first; "other" is what no class timed (batch
  * assembly, token checks, the loop itself). */
 static void report_profile(Loop *L) {
     double per = 1.0 / L->profiled_steps, step = L->profiled_time * per, timed = 0;
-    report_line(&L->rep, "Profile: wall seconds per training step, mean of %d steps (the first step excluded)",
-                L->profiled_steps);
+    report_line(&L->rep, "Profile: %s seconds per training step, mean of %d steps (the first step excluded)",
+                profile_uses_cpu_time() ? "CPU" : "wall", L->profiled_steps);
     for (int k = 0; k < PROF_COUNT; k++) {
         double s = profile_seconds[k] * per;
         timed += s;
@@ -276,9 +276,9 @@ static int run_loop(Loop *L, TrainResult *res) {
                 }
             }
         }
-        double t0 = time_now();
         /* the first step of a run creates oneDNN's primitives and touches the arena */
         profile_active = L->profile && it > first_it;
+        double t0 = time_now(), tp = prof_begin();
         Batch *b;
         int r = src->train_next(src->self, &b);
         TRY(r);
@@ -311,7 +311,11 @@ static int run_loop(Loop *L, TrainResult *res) {
         st->window_steps++;
         st->iteration = (uint64_t)it;
         double dt = time_now() - t0;
-        if (profile_active) { L->profiled_steps++; L->profiled_time += dt; profile_active = false; }
+        if (profile_active) {
+            L->profiled_steps++;
+            L->profiled_time += profile_clock() - tp;
+            profile_active = false;
+        }
         L->window_time += dt;
         const double window_time = L->window_time;
         if (dist_rank() == 0 && st->window_loss_steps > 0)

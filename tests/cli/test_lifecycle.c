@@ -11,6 +11,7 @@
  * PyTorch-written PEFT tensors and its config, and lmtune's logits with the
  * adapter equal the reference logits computed with PEFT's convention. */
 #include "check.h"
+#include "formats/model_tensors.h"
 #include "../model/model_testutil.h"
 #include "base/fileio.h"
 #include "model/adapter_io.h"
@@ -61,8 +62,18 @@ static int write_adapter_dir(const RefCase *rc, const char *dir, bool dora) {
         } else if (dora) {
             /* m = the row norms of the merged weight, times 1 +- 0.2, so that
              * the rescaling is not the identity. */
-            char wname[128];
+            char wname[160];
             snprintf(wname, sizeof wname, "%.*s.weight", (int)(len - 7), t->name);
+            /* adapter keys are module paths; the file may name the layers otherwise (Qwen3.5) */
+            ModelConfig *cfg = mem_alloc(sizeof *cfg);
+            *cfg = rc->cfg;
+            const char *ap = model_tensors_resolve(cfg, &base) == 0 ? model_adapter_prefix(cfg) : "";
+            if (*ap && !strncmp(wname, ap, strlen(ap))) {
+                char rest[160];
+                snprintf(rest, sizeof rest, "%s", wname + strlen(ap));
+                snprintf(wname, sizeof wname, "%s%s", model_file_prefix(cfg), rest);
+            }
+            mem_free(cfg);
             const StTensor *w = st_model_find(&base, wname);
             if (!w) return error_set("%s: no base weight %s", rc->dir, wname);
             int64_t out = w->shape[0], inn = w->shape[1], r = t->shape[1];

@@ -245,7 +245,7 @@ static void test_errors(void) {
     /* model_type */
     CHECK(parse_with(&c, LLAMA, "model_type", "\"gpt2\"") == -1);
     CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, "
-                         "gemma2, gemma3_text, gemma3, phi3, smollm3)");
+                         "qwen3_5, qwen3_5_text, gemma2, gemma3_text, gemma3, phi3, smollm3)");
     CHECK(parse_with(&c, LLAMA, "model_type", "\"Llama\"") == -1);
     CHECK_ERROR_CONTAINS("model_type \"Llama\" is not supported");
     CHECK(parse_with(&c, LLAMA, "model_type", NULL) == -1);

@@ -5,15 +5,20 @@
  *     tests/base/test_dtype.c) on 1M random bit patterns and the special
  *     cases (ties, overflow to infinity, subnormals, NaN payloads), in every
  *     variant this CPU can run;
- *   - attention forward and backward and the LM head + cross-entropy give
+ *   - attention forward and backward, the LM head + cross-entropy and the
+ *     chunked gated delta rule (Gated DeltaNet) forward and backward give
  *     the same bits in the baseline and the AVX-512 variant (same sums in the
  *     same order, fused multiply-adds in both), on shapes with partial tiles,
  *     head dims that are not multiples of 16 and grouped kv heads;
+ *   - the MLX affine expansion (every bits, group, scale dtype, F32 and BF16
+ *     tiles, column ranges) and the fused GEMV of decoding give the same bits
+ *     in both variants;
  *   - LMTUNE_NO_AVX512=1 turns the AVX-512 variants and oneDNN's bf16
  *     products off (checked in a child process: the choice is made once).
  * A build without the choice (make NATIVE=1, non-x86) has one variant: only
  * the scalar comparisons run, and the test says so. */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +26,9 @@
 
 #include "check.h"
 #include "base/dtype.h"
+#include "kernels/dequant.h"
 #include "kernels/frozen_weight.h"
+#include "kernels/gated_delta.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -32,6 +39,10 @@ extern __typeof__(attention_forward) attention_forward_base, attention_forward_a
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
+extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
+extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
+extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
+extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
 #endif
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -216,6 +227,167 @@ static void test_lmhead_variants(DType wtype, float softcap) {
     free(w16);
     free(scratch);
 }
+
+/* MLX affine weights (rows, cols) quantized from random values: expansion of
+ * a column range into F32 and BF16 tiles, and the GEMV of 3 rows, in both
+ * variants. */
+static void test_affine_variants(int bits, int group, DType t) {
+    int rows = 19;
+    int cols = 4 * group;
+    size_t n = (size_t)rows * cols;
+    size_t ng = n / (size_t)group;
+    size_t es = t == DTYPE_F32 ? 4 : 2;
+    float *w = rand_vec(n, 0.2f);
+    void *src = malloc(n * es);
+    dtype_from_f32(src, t, w, n);
+    size_t row_bytes = (size_t)cols * (size_t)bits / 8;
+    uint8_t *packed = malloc((size_t)rows * row_bytes);
+    void *scales = malloc(ng * es);
+    void *biases = malloc(ng * es);
+    affine_quantize(packed, scales, biases, src, t, bits, group, rows, cols);
+    bool same = true;
+    int c0 = group;
+    int nc = 2 * group;
+    for (int o = 0; o < 2; o++) {
+        DType out = o ? DTYPE_BF16 : DTYPE_F32;
+        size_t eo = o ? 2 : 4;
+        char *tile[2];
+        for (int v = 0; v < 2; v++) {
+            tile[v] = calloc((size_t)rows * nc, eo);
+        }
+        affine_expand_base(packed, row_bytes, scales, biases, t, bits, group, cols, 1, rows - 1, c0, nc, out,
+                           tile[0], (size_t)nc);
+        affine_expand_avx512(packed, row_bytes, scales, biases, t, bits, group, cols, 1, rows - 1, c0, nc, out,
+                             tile[1], (size_t)nc);
+        same = same && memcmp(tile[0], tile[1], (size_t)(rows - 1) * nc * eo) == 0;
+        for (int v = 0; v < 2; v++) {
+            free(tile[v]);
+        }
+    }
+    int N = 3;
+    float *x = rand_vec((size_t)N * cols, 1.0f);
+    float *bias = rand_vec((size_t)rows, 0.1f);
+    float *y[2];
+    for (int v = 0; v < 2; v++) {
+        y[v] = calloc((size_t)N * rows, sizeof(float));
+    }
+    affine_gemv_base(y[0], (size_t)rows, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    affine_gemv_avx512(y[1], (size_t)rows, x, packed, row_bytes, scales, biases, t, bits, group, rows, cols, bias, N);
+    bool gemv = same_bits(y[0], y[1], (size_t)N * rows);
+    CHECK_MSG(same && gemv, "affine %d-bit g%d %s: expansion %s, GEMV %s", bits, group, dtype_name(t),
+              same ? "same" : "DIFFERENT", gemv ? "same" : "DIFFERENT");
+    for (int v = 0; v < 2; v++) {
+        free(y[v]);
+    }
+    free(x);
+    free(bias);
+    free(w);
+    free(src);
+    free(packed);
+    free(scales);
+    free(biases);
+}
+
+static void test_affine_all(void) {
+    static const int bits[] = {2, 3, 4, 5, 6, 8};
+    static const int groups[] = {32, 64, 128};
+    static const DType types[] = {DTYPE_F32, DTYPE_BF16, DTYPE_F16};
+    int cases = 0;
+    for (int b = 0; b < 6; b++) {
+        for (int g = 0; g < 3; g++) {
+            for (int t = 0; t < 3; t++) {
+                test_affine_variants(bits[b], groups[g], types[t]);
+                cases++;
+            }
+        }
+    }
+    printf("affine expansion (F32 and BF16 tiles) and GEMV: %d cases of bits x group x dtype compared\n", cases);
+}
+
+/* The chunked gated delta rule, both variants, from a given start state (the
+ * generation path) and from zero with chunk states saved (training), then the
+ * backward. Dv of 64 and more runs the 64-column register tiles of the
+ * AVX-512 variant; a partial last chunk and Dv % 16 != 0 run the tails. */
+static void test_gated_delta_variants(int B, int T, int Hk, int Hv, int Dk, int Dv, int chunk) {
+    GdnShape s = {.B = B, .T = T, .Hk = Hk, .Hv = Hv, .Dk = Dk, .Dv = Dv, .chunk = chunk};
+    int threads = 2;
+    size_t N = (size_t)B * T;
+    size_t nqk = N * Hk * Dk;
+    size_t nv = N * Hv * Dv;
+    size_t ng = N * Hv;
+    size_t nst = (size_t)B * Hv * Dk * Dv;
+    size_t ncs = gdn_chunk_states_floats(&s);
+    /* q, k of unit-ish norm per head and decays in (-1, 0], as the layer gives them */
+    float *q = rand_vec(nqk, 0.3f);
+    float *k = rand_vec(nqk, 0.3f);
+    float *v = rand_vec(nv, 1.0f);
+    float *g = rand_vec(ng, 0.5f);
+    float *beta = rand_vec(ng, 0.5f);
+    for (size_t i = 0; i < ng; i++) {
+        g[i] = -fabsf(g[i]);
+        beta[i] = 0.5f + beta[i];
+    }
+    float *dout = rand_vec(nv, 1.0f);
+    float *state0 = rand_vec(nst, 0.2f);
+    size_t nws = gdn_workspace_floats(&s, threads, 1);
+    float *ws = malloc(nws * sizeof(float));
+    float *out[2], *cs[2], *st[2], *dq[2], *dk[2], *dv[2], *dg[2], *db[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = calloc(nv, sizeof(float));
+        cs[i] = calloc(ncs, sizeof(float));
+        st[i] = malloc(nst * sizeof(float));
+        memcpy(st[i], state0, nst * sizeof(float));
+        dq[i] = calloc(nqk, sizeof(float));
+        dk[i] = calloc(nqk, sizeof(float));
+        dv[i] = calloc(nv, sizeof(float));
+        dg[i] = calloc(ng, sizeof(float));
+        db[i] = calloc(ng, sizeof(float));
+    }
+    omp_set_num_threads(threads);
+    /* from a start state, final state out */
+    gated_delta_forward_base(out[0], NULL, st[0], q, Hk * Dk, k, Hk * Dk, v, Hv * Dv, g, beta, ws, threads, &s);
+    gated_delta_forward_avx512(out[1], NULL, st[1], q, Hk * Dk, k, Hk * Dk, v, Hv * Dv, g, beta, ws, threads, &s);
+    bool dec = same_bits(out[0], out[1], nv) && same_bits(st[0], st[1], nst);
+    /* from zero, chunk states saved, then the backward */
+    gated_delta_forward_base(out[0], cs[0], NULL, q, Hk * Dk, k, Hk * Dk, v, Hv * Dv, g, beta, ws, threads, &s);
+    gated_delta_forward_avx512(out[1], cs[1], NULL, q, Hk * Dk, k, Hk * Dk, v, Hv * Dv, g, beta, ws, threads, &s);
+    bool fwd = same_bits(out[0], out[1], nv) && same_bits(cs[0], cs[1], ncs);
+    gated_delta_backward_base(dq[0], dk[0], dv[0], dg[0], db[0], dout, q, Hk * Dk, k, Hk * Dk, v, Hv * Dv, g, beta,
+                              cs[0], ws, threads, &s);
+    gated_delta_backward_avx512(dq[1], dk[1], dv[1], dg[1], db[1], dout, q, Hk * Dk, k, Hk * Dk, v, Hv * Dv, g,
+                                beta, cs[0], ws, threads, &s);
+    bool bwd = same_bits(dq[0], dq[1], nqk) && same_bits(dk[0], dk[1], nqk) && same_bits(dv[0], dv[1], nv) &&
+               same_bits(dg[0], dg[1], ng) && same_bits(db[0], db[1], ng);
+    /* the comparison means something only if the outputs are not all zero */
+    CHECK(max_abs(out[0], nv) > 0 && max_abs(dq[0], nqk) > 0 && max_abs(dg[0], ng) > 0);
+    CHECK_MSG(dec, "gated delta from a state (B %d T %d Hk %d Hv %d Dk %d Dv %d chunk %d): variants differ, "
+                   "max |diff| %.3g", B, T, Hk, Hv, Dk, Dv, chunk, max_abs_diff(st[0], st[1], nst));
+    CHECK_MSG(fwd, "gated delta forward (B %d T %d Hk %d Hv %d Dk %d Dv %d chunk %d): variants differ, "
+                   "max |diff| %.3g", B, T, Hk, Hv, Dk, Dv, chunk, max_abs_diff(out[0], out[1], nv));
+    CHECK_MSG(bwd, "gated delta backward (B %d T %d Hk %d Hv %d Dk %d Dv %d chunk %d): variants differ, "
+                   "max |diff| %.3g", B, T, Hk, Hv, Dk, Dv, chunk, max_abs_diff(dq[0], dq[1], nqk));
+    printf("gated delta B %d T %3d Hk %d Hv %d Dk %3d Dv %3d chunk %2d: from a state %s, forward %s, backward %s\n",
+           B, T, Hk, Hv, Dk, Dv, chunk, dec ? "same bits" : "DIFFERENT", fwd ? "same bits" : "DIFFERENT",
+           bwd ? "same bits" : "DIFFERENT");
+    for (int i = 0; i < 2; i++) {
+        free(out[i]);
+        free(cs[i]);
+        free(st[i]);
+        free(dq[i]);
+        free(dk[i]);
+        free(dv[i]);
+        free(dg[i]);
+        free(db[i]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(g);
+    free(beta);
+    free(dout);
+    free(state0);
+    free(ws);
+}
 #endif
 
 /* The choice under LMTUNE_NO_AVX512=1, from a child process. */
@@ -260,6 +432,10 @@ int main(int argc, char **argv) {
             test_lmhead_variants(DTYPE_BF16, 0.0f);
             test_lmhead_variants(DTYPE_BF16, 4.0f);
         }
+        test_affine_all();
+        test_gated_delta_variants(2, 100, 2, 4, 32, 64, 16);
+        test_gated_delta_variants(1, 70, 1, 2, 24, 40, 64);
+        test_gated_delta_variants(1, 130, 2, 2, 128, 128, 64);
     } else {
         printf("no AVX-512 variant runs here: the variants are not compared\n");
     }

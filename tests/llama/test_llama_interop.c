@@ -97,7 +97,7 @@ static int write_adapter(const char *dir, const Arch *a, uint64_t seed) {
     rng_seed(&r, seed);
     int k = 0;
     for (int l = 0; l < a->L; l++) {
-        for (int pj = 0; pj <= PROJ_DOWN; pj++) { /* the seven of a llama block */
+        for (int pj = 0; pj <= PROJ_DOWN; pj++) {   /* the seven projections of an attention block */
             int QD = a->H * a->D;
             int KVD = a->KVH * a->D;
             int ins[] = {a->C, a->C, a->C, QD, a->C, a->C, a->F};

@@ -68,8 +68,8 @@ static inline int refcase_read(RefCase *rc, const char *dir, const char *name) {
     json_decref(j);
     s->max_rows = rc->B; s->max_tokens = rc->W - 1;
     /* bf16 weights are multiplied as stored where the CPU has bf16 products,
-     * else converted to fp32 at load (what lmtune does by default) */
-    s->weight_dtype = rc->bf16 ? matmul_weight_dtype(DTYPE_BF16) : DTYPE_F32;
+     * else in fp32 products on panels they are widened into */
+    s->weight_dtype = rc->bf16 && matmul_bf16_supported() ? DTYPE_BF16 : DTYPE_F32;
     s->training = true;
     s->lmhead_chunk = 8;   /* several chunks even for these tiny batches */
     return 0;

@@ -6,6 +6,7 @@
 #include "check.h"
 #include "model_testutil.h"
 #include "base/dtype.h"
+#include "kernels/frozen_weight.h"
 #include <unistd.h>
 
 static size_t r64(size_t b) { return (b + 63) / 64 * 64; }
@@ -84,10 +85,13 @@ int main(void) {
     size_t mats = r64((size_t)cfg.vocab_size * C * 2);
     for (int l = 0; l < 3; l++) for (int p = 0; p < PROJ_COUNT; p++) mats += r64((size_t)in[p] * out[p] * 2);
     CHECK(plan_class(&cfg, &bf, DTYPE_F32, MEM_FROZEN_WEIGHTS) == mats);
-    /* a BF16 file used as F32 (a CPU without bf16 products) converts every matrix to fp32 */
-    size_t mats32 = r64((size_t)cfg.vocab_size * C * 4);
-    for (int l = 0; l < 3; l++) for (int p = 0; p < PROJ_COUNT; p++) mats32 += r64((size_t)in[p] * out[p] * 4);
-    CHECK(plan_class(&cfg, &lora, DTYPE_BF16, MEM_FROZEN_WEIGHTS) == mats32);
+    /* a BF16 file in fp32 products stays bf16 in place: nothing converted,
+     * one expansion panel as wide as the widest input in the library class */
+    CHECK(plan_class(&cfg, &lora, DTYPE_BF16, MEM_FROZEN_WEIGHTS) == 0);
+    int widest = F > C ? F : C;
+    if (QD > widest) widest = QD;
+    size_t panel = r64(fw_panel_scratch_bytes(widest));
+    CHECK(plan_class(&cfg, &lora, DTYPE_BF16, MEM_LIBRARY) == plan_class(&cfg, &lora, DTYPE_F32, MEM_LIBRARY) + panel);
     CHECK(plan_class(&cfg, &bf, DTYPE_BF16, MEM_FROZEN_WEIGHTS) == 0);
     /* full fine-tuning of the last 2 blocks: the fp32 masters; only block 0 stays frozen */
     ModelSpec full = lora; full.type = TUNE_FULL;

@@ -235,6 +235,9 @@ def model_case(name, seed, cfg, quant, case, B, W, lengths, offsets, description
     save_safetensors(os.path.join(d, "model.safetensors"), file_t, {"format": "mlx"})
     save_safetensors(os.path.join(d, "inputs.safetensors"), inputs, {"format": "pt"})
     save_safetensors(os.path.join(d, "expected.safetensors"), expected, {"format": "pt"})
+    if dtype == "bfloat16":   # fp32 products on the bf16 dequantized weights (gen_refs.unrounded_expected)
+        save_safetensors(os.path.join(d, "fp32_expected.safetensors"), gr.unrounded_expected(model, inputs),
+                         {"format": "pt"})
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print(f"  wrote {d} ({size / 1024:.0f} KB)")
 

@@ -322,7 +322,26 @@ def fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected):
     return {k: float(f"{v:.3e}") for k, v in dev.items()}
 
 
-def write_case_dir(name, cfg, file_weights, case, inputs, expected):
+def unrounded_expected(model, inputs):
+    """bf16 cases: the same computation without rounding the inputs of the
+    bf16 products (round_inputs off): what an engine computes in fp32
+    products on the bf16 weights (lmtune's --weights-dtype f32 on a bf16
+    file). Written as fp32_expected.safetensors."""
+    saved = model.round_inputs
+    model.round_inputs = False
+    loss, ntok, logits = tm.forward_loss(model, inputs["tokens"], inputs["lengths"], inputs["offsets"])
+    names = sorted(model.trainable)
+    grads = torch.autograd.grad(loss, [model.trainable[n] for n in names])
+    model.round_inputs = saved
+    out = {"loss": torch.tensor([loss.item()], dtype=torch.float32),
+           "ntokens": torch.tensor([ntok], dtype=torch.int32),
+           "logits": logits.detach().float()}
+    for n, g in zip(names, grads):
+        out["grad." + n] = g.float()
+    return out
+
+
+def write_case_dir(name, cfg, file_weights, case, inputs, expected, fp32_expected=None):
     d = os.path.join(DATA, name)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -334,8 +353,12 @@ def write_case_dir(name, cfg, file_weights, case, inputs, expected):
     save_safetensors(os.path.join(d, "model.safetensors"), file_weights)
     save_safetensors(os.path.join(d, "inputs.safetensors"), inputs)
     save_safetensors(os.path.join(d, "expected.safetensors"), expected)
+    files = [("model", file_weights), ("inputs", inputs), ("expected", expected)]
+    if fp32_expected is not None:
+        save_safetensors(os.path.join(d, "fp32_expected.safetensors"), fp32_expected)
+        files.append(("fp32_expected", fp32_expected))
     # read back: the writer and reader agree bit for bit
-    for fn, ref in (("model", file_weights), ("inputs", inputs), ("expected", expected)):
+    for fn, ref in files:
         back = load_safetensors(os.path.join(d, fn + ".safetensors"))
         assert set(back) == set(ref)
         for k in ref:
@@ -368,21 +391,11 @@ def grad_case(name, seed, cfg, case, B, W, lengths, offsets, description):
                 "logits": logits.detach().float()}
     for n, g in zip(names, grads):
         expected["grad." + n] = g.float()
-    if case["weights_dtype"] == "bfloat16":
-        # What an engine without bf16 products computes: the same bf16 weights,
-        # every product in full precision (no input rounding).
-        model.round_inputs = False
-        uloss, _, ulogits = tm.forward_loss(model, tokens, lens, offs)
-        ugrads = torch.autograd.grad(uloss, [model.trainable[n] for n in names])
-        model.round_inputs = True
-        expected["unrounded.loss"] = torch.tensor([uloss.item()], dtype=torch.float32)
-        expected["unrounded.logits"] = ulogits.detach().float()
-        for n, g in zip(names, ugrads):
-            expected["unrounded.grad." + n] = g.float()
     print(f"{name}: loss={loss.item():.6f} ntokens={ntok} trainable tensors={len(names)}")
     finite_difference_check(name, model, tokens, lens, offs)
     case["fp32_deviation"] = fp32_deviation(name, cfg, file_weights, case, adapters, inputs, expected)
-    write_case_dir(name, cfg, file_weights, case, inputs, expected)
+    fp32x = unrounded_expected(model, inputs) if case["weights_dtype"] == "bfloat16" else None
+    write_case_dir(name, cfg, file_weights, case, inputs, expected, fp32x)
     return model, inputs, expected
 
 
@@ -692,6 +705,9 @@ def main():
     trajectory_case("train_sgd", 910, "sgd", 0.1, 0.9)
     peft_case()
     family_cases()
+
+    import gen_qwen35_refs  # the Qwen3.5 cases (qwen35_*), same format
+    gen_qwen35_refs.main(sys.modules[__name__])
 
 
 if __name__ == "__main__":

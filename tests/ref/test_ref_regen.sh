@@ -32,14 +32,17 @@ for c in cases:
     jb = json.load(open(os.path.join(old_root, c, "case.json")))
     ja.pop("fp32_deviation", None); jb.pop("fp32_deviation", None)
     assert ja == jb, f"{c}/case.json differs"
-    ea = load_safetensors(os.path.join(new_root, c, "expected.safetensors"))
-    eb = load_safetensors(os.path.join(old_root, c, "expected.safetensors"))
-    assert set(ea) == set(eb), f"{c}: expected tensor names differ"
-    for k in ea:
-        assert ea[k].shape == eb[k].shape and ea[k].dtype == eb[k].dtype, f"{c}/{k}: shape/dtype"
-        a, b = ea[k].double(), eb[k].double()
-        rel = ((a - b).abs().max() / max(b.abs().max().item(), 1e-30)).item() if a.numel() else 0.0
-        worst = max(worst, rel)
-        assert rel <= 1e-6, f"{c}/{k}: relative difference {rel:.2e}"
+    files = sorted(f for f in os.listdir(os.path.join(new_root, c)) if f.endswith("expected.safetensors"))
+    assert files == sorted(f for f in os.listdir(os.path.join(old_root, c)) if f.endswith("expected.safetensors")), c
+    for f in files:
+        ea = load_safetensors(os.path.join(new_root, c, f))
+        eb = load_safetensors(os.path.join(old_root, c, f))
+        assert set(ea) == set(eb), f"{c}/{f}: expected tensor names differ"
+        for k in ea:
+            assert ea[k].shape == eb[k].shape and ea[k].dtype == eb[k].dtype, f"{c}/{f}/{k}: shape/dtype"
+            a, b = ea[k].double(), eb[k].double()
+            rel = ((a - b).abs().max() / max(b.abs().max().item(), 1e-30)).item() if a.numel() else 0.0
+            worst = max(worst, rel)
+            assert rel <= 1e-6, f"{c}/{f}/{k}: relative difference {rel:.2e}"
 print(f"summary: {len(cases)} cases regenerated, worst relative difference {worst:.2e}")
 PYEOF

