@@ -98,6 +98,10 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-dir", default=None,
+                    help="a Hugging Face model directory (config.json, model.safetensors; e.g. from lmtune init): "
+                         "train these weights instead of --model's random ones (any family torch_model knows)")
+    ap.add_argument("--num-layers", type=int, default=16, help="lora-all with --model-dir: the last N blocks")
     ap.add_argument("--compute", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: pure bf16 (weights, activations and trainables bf16; needs --weights bf16)")
     ap.add_argument("--untuned", action="store_true", help="plain PyTorch: glibc malloc, default ATen capability")
@@ -219,7 +223,7 @@ def main():
     args = parse_args()
     reexec_tuned(args)
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
+    sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))   # torch_model, gen_refs' safetensors reader
     import torch
     import torch_model as tm
 
@@ -231,9 +235,18 @@ def main():
           f" (kernels: {corename or 'unknown'}), allocator {allocator}, ATen CPU capability {capability}, "
           f"{torch.get_num_threads()} threads, compute {args.compute}", file=sys.stderr, flush=True)
     gen = torch.Generator().manual_seed(args.seed)
-    cfg = dict(MODELS[args.model])
-    wdtype = torch.bfloat16 if args.weights == "bf16" else torch.float32
-    weights = random_weights(torch, cfg, wdtype, gen)
+    if args.model_dir:
+        # the model lmtune trains, weights as stored (bf16 stays bf16, streamed)
+        from gen_refs import load_safetensors
+        with open(os.path.join(args.model_dir, "config.json")) as f:
+            cfg = json.load(f)
+        weights = load_safetensors(os.path.join(args.model_dir, "model.safetensors"))
+        args.model = os.path.basename(os.path.normpath(args.model_dir))
+        args.weights = "bf16" if any(t.dtype == torch.bfloat16 for t in weights.values()) else "fp32"
+    else:
+        cfg = dict(MODELS[args.model])
+        wdtype = torch.bfloat16 if args.weights == "bf16" else torch.float32
+        weights = random_weights(torch, cfg, wdtype, gen)
     if args.compute == "bf16":
         # pure bf16: every weight, activation and trainable in bf16 ("emulate" rounds nothing more)
         model = tm.DecoderLM(cfg, weights, compute_dtype=torch.bfloat16, bf16_mode="emulate")
@@ -242,6 +255,8 @@ def main():
     del weights
     if args.mode == "lora-qv16":
         model.set_lora(16, ["self_attn.q_proj", "self_attn.v_proj"], 8, 20.0, generator=gen)
+    elif args.mode == "lora-all" and args.model_dir:
+        model.set_lora(args.num_layers, list(tm.linear_keys(cfg)), 8, 20.0, generator=gen)
     elif args.mode == "lora-all":
         model.set_lora(-1, list(tm.LINEAR_KEYS), 8, 20.0, generator=gen)
     else:
@@ -252,7 +267,8 @@ def main():
     opt = tm.AdamMLX(params, args.lr)
 
     W = args.seq + 1
-    tokens = torch.randint(1, cfg["vocab_size"], (args.batch, W), generator=gen, dtype=torch.int64)
+    tokens = torch.randint(1, tm.text_config(cfg)[0]["vocab_size"], (args.batch, W), generator=gen,
+                           dtype=torch.int64)
     lengths = torch.full((args.batch,), W, dtype=torch.int64)
     offsets = torch.zeros(args.batch, dtype=torch.int64)
 

@@ -9,7 +9,8 @@
 
 /* One trainable tensor, fp32. Names are MLX-LM adapter keys
  * ("model.layers.27.self_attn.q_proj.lora_a" [in, r], "...lora_b" [r, out],
- * DoRA "...m" [out]) or HF weight names for full fine-tuning. */
+ * DoRA "...m" [out]; multimodal gemma3: "language_model.model.layers...")
+ * or HF weight names for full fine-tuning. */
 typedef struct {
     char name[96];
     float *value;

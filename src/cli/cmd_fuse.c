@@ -80,6 +80,7 @@ int cmd_fuse(int argc, char **argv) {
         error_set("--export-gguf writes the fused model: it cannot be combined with --no-fuse");
         die_with_error();
     }
+    /* a family without a GGUF form is refused before anything is written */
     if ((a.export_gguf || a.export_gguf_adapter) && gguf_export_check(a.model) < 0) die_with_error();
     /* what a fuse or export killed inside a save left in its output folders */
     const char *outputs[2] = {a.no_fuse ? NULL : a.save_path, a.export_peft};

@@ -40,8 +40,8 @@ typedef struct {
 #define OFF(f) offsetof(InitArgs, f)
 static const ArgSpec INIT_SPECS[] = {
     {"preset", 0, ARG_CHOICE, OFF(preset), "NAME", "architecture preset",
-     "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|llama-3.1-8b|qwen3.5-0.8b|qwen3.5-2b|qwen3.5-4b|"
-     "tiny-qwen3.5",
+     "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|llama-3.1-8b|"
+     "gemma-3-270m|gemma-3-1b|phi-4-mini|smollm3-3b|qwen3.5-0.8b|qwen3.5-2b|qwen3.5-4b|tiny-qwen3.5",
      ARG_UNBOUNDED},
     {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL, ARG_UNBOUNDED},
     {"out", 0, ARG_STRING, OFF(out), "DIR", "output directory (created)", NULL, ARG_UNBOUNDED},
@@ -125,7 +125,12 @@ int cmd_init(int argc, char **argv) {
     ModelConfig cfg;
     if (preset) { if (model_preset(preset, &cfg) < 0) die_with_error(); }
     else if (hf_config_load(&cfg, a.config) < 0) die_with_error();
-    if (a.layers > 0) cfg.num_hidden_layers = a.layers;
+    if (a.layers > 0) {
+        /* the first N layers keep their kinds (sliding, NoPE); later ones are plain */
+        if (a.layers > HF_MAX_LAYERS) die("--layers %d: at most %d", a.layers, HF_MAX_LAYERS);
+        cfg.num_hidden_layers = a.layers;
+        memset(cfg.layer_flags + a.layers, 0, sizeof cfg.layer_flags - (size_t)a.layers);
+    }
     if (dir_ensure(out) < 0) die_with_error();
 
     char *text = NULL; size_t len = 0;

@@ -144,7 +144,8 @@ int gguf_model_config(const GgufFile *g, ModelConfig *c) {
     mem_free(arch_name);
     if (!a) return error_prefix("%s", g->name);
     const char *arch = a->arch;
-    snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);
+    /* the llama block's tensor names and shape, as hf_config gives a config.json of these types */
+    hf_config_init(c, a->model_type);
     const int big = 1 << 30;
     c->max_position_embeddings = 2048;
     TRY(arch_int(g, arch, "context_length", false, 1, big, &c->max_position_embeddings));
@@ -170,6 +171,7 @@ int gguf_model_config(const GgufFile *g, ModelConfig *c) {
     TRY(arch_f64(g, arch, "attention.layer_norm_rms_epsilon", true, &eps));
     if (!(eps > 0 && eps < 1)) return error_set("%s: %s.attention.layer_norm_rms_epsilon %g", g->name, arch, eps);
     c->rms_norm_eps = (float)eps;
+    c->rotary_dim = c->head_dim;
     c->rope_theta = 10000.0;
     TRY(arch_f64(g, arch, "rope.freq_base", false, &c->rope_theta));
     if (!(c->rope_theta > 0)) return error_set("%s: %s.rope.freq_base %g", g->name, arch, c->rope_theta);

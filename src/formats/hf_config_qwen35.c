@@ -180,6 +180,15 @@ int hf_qwen35_parse(ModelConfig *c, const json_t *top, const json_t *text, const
     return 0;
 }
 
+void hf_qwen35_names(ModelConfig *c) {
+    const Qwen35Config *q = &c->q35;
+    snprintf(c->prefix, sizeof c->prefix, "%s", q->prefix);
+    snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "%s", q->adapter_prefix);
+    snprintf(c->head_name, sizeof c->head_name, "%s", q->head_name);
+    c->rotary_dim = q->rotary_dim;
+    c->norm_plus_one = q->layout == Q35_LAYOUT_HF;   /* transformers' zero-centred norms, used as 1 + w */
+}
+
 /* ---------------------------------------------------------------- writing */
 
 /* The double whose shortest decimal is the float's (1e-06, not 9.99999997e-07). */

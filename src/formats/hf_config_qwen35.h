@@ -13,6 +13,10 @@ bool hf_qwen35_type(const char *model_type);
 int hf_qwen35_select(const json_t *root, const char *type, const char *name, const json_t **text);
 /* The Qwen3.5 fields (c->q35), after hf_config.c read the common ones from text. */
 int hf_qwen35_parse(ModelConfig *c, const json_t *top, const json_t *text, const char *name);
+/* Copies q35's tensor and adapter prefixes, head name and rotary dims into
+ * the ModelConfig fields every family's code reads (after parsing, and again
+ * after qwen35_detect_layout). */
+void hf_qwen35_names(ModelConfig *c);
 /* config.json for c (nested when c->q35.nested, else flat qwen3_5_text). */
 int hf_qwen35_write(const ModelConfig *c, const char *path);
 #endif

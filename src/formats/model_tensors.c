@@ -1,17 +1,105 @@
-/* model_tensors.c: expected tensor names and shapes of a llama / mistral /
- * qwen2 / qwen3 decoder (see model_tensors.h). Linear weights are stored
+/* model_tensors.c: expected tensor names and shapes of the supported
+ * decoders (see model_tensors.h). Linear weights are stored
  * (out_features, in_features) as in PyTorch. */
 #include "model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "formats/hf_config_qwen35.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static void add(ModelTensorSpec *s, size_t *k, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1) {
+const char *const PROJ_KEYS[PROJ_COUNT] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.qkv_proj", "mlp.gate_up_proj",
+    "linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
+    "linear_attn.out_proj",
+};
+
+unsigned hf_block_projections(const ModelConfig *c) {
+    unsigned m = 1u << PROJ_O | 1u << PROJ_DOWN;
+    m |= c->fused_qkv ? 1u << PROJ_QKV : (1u << PROJ_Q | 1u << PROJ_K | 1u << PROJ_V);
+    m |= c->fused_gate_up ? 1u << PROJ_GATE_UP : (1u << PROJ_GATE | 1u << PROJ_UP);
+    return m;
+}
+
+void hf_proj_shape(const ModelConfig *c, int p, int64_t *out, int64_t *in) {
+    int64_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
+    int64_t QD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
+    switch (p) {
+    case PROJ_Q: *out = c->q35.on ? 2 * QD : QD; *in = C; break; /* Qwen3.5: query and output gate */
+    case PROJ_K: case PROJ_V: *out = KVD; *in = C; break;
+    case PROJ_O: *out = C; *in = QD; break;
+    case PROJ_GATE: case PROJ_UP: *out = F; *in = C; break;
+    case PROJ_QKV: *out = QD + 2 * KVD; *in = C; break;
+    case PROJ_GATE_UP: *out = 2 * F; *in = C; break;
+    default: *out = C; *in = F; break;
+    }
+}
+
+static void bt_add(BlockTensor *t, int *k, const char *suffix, BlockTensorRole role, int proj, int ndim,
+                   int64_t d0, int64_t d1) {
+    BlockTensor *b = &t[(*k)++];
+    snprintf(b->suffix, sizeof b->suffix, "%s", suffix);
+    b->role = role;
+    b->proj = proj;
+    b->ndim = ndim;
+    b->shape[0] = d0;
+    b->shape[1] = ndim > 1 ? d1 : 0;
+}
+
+static void bt_proj(BlockTensor *t, int *k, const ModelConfig *c, int p, bool bias) {
+    char s[48];
+    int64_t out, in;
+    hf_proj_shape(c, p, &out, &in);
+    snprintf(s, sizeof s, "%s.weight", PROJ_KEYS[p]);
+    bt_add(t, k, s, BT_PROJ_WEIGHT, p, 2, out, in);
+    if (!bias) return;
+    snprintf(s, sizeof s, "%s.bias", PROJ_KEYS[p]);
+    bt_add(t, k, s, BT_PROJ_BIAS, p, 1, out, 0);
+}
+
+int block_tensors(const ModelConfig *c, BlockTensor *t) {
+    int k = 0;
+    int64_t C = c->hidden_size, D = c->head_dim;
+    bool bias = c->attention_bias;
+    bt_add(t, &k, "input_layernorm.weight", BT_NORM_ATTN_IN, -1, 1, C, 0);
+    if (c->fused_qkv) {
+        bt_proj(t, &k, c, PROJ_QKV, false);
+    } else {
+        bt_proj(t, &k, c, PROJ_Q, bias);
+        bt_proj(t, &k, c, PROJ_K, bias);
+        bt_proj(t, &k, c, PROJ_V, bias);
+    }
+    if (c->qk_norm) {
+        bt_add(t, &k, "self_attn.q_norm.weight", BT_Q_NORM, -1, 1, D, 0);
+        bt_add(t, &k, "self_attn.k_norm.weight", BT_K_NORM, -1, 1, D, 0);
+    }
+    bt_proj(t, &k, c, PROJ_O, false);
+    if (c->sandwich_norms) {
+        bt_add(t, &k, "post_attention_layernorm.weight", BT_NORM_ATTN_OUT, -1, 1, C, 0);
+        bt_add(t, &k, "pre_feedforward_layernorm.weight", BT_NORM_MLP_IN, -1, 1, C, 0);
+    } else {
+        bt_add(t, &k, "post_attention_layernorm.weight", BT_NORM_MLP_IN, -1, 1, C, 0);
+    }
+    if (c->fused_gate_up) {
+        bt_proj(t, &k, c, PROJ_GATE_UP, false);
+    } else {
+        bt_proj(t, &k, c, PROJ_GATE, false);
+        bt_proj(t, &k, c, PROJ_UP, false);
+    }
+    bt_proj(t, &k, c, PROJ_DOWN, false);
+    if (c->sandwich_norms) bt_add(t, &k, "post_feedforward_layernorm.weight", BT_NORM_MLP_OUT, -1, 1, C, 0);
+    return k;
+}
+
+static void add(ModelTensorSpec *s, size_t *k, const char *prefix, int layer, const char *suffix, int ndim,
+                int64_t d0, int64_t d1) {
     ModelTensorSpec *t = &s[(*k)++];
-    if (layer >= 0) snprintf(t->name, sizeof t->name, "model.layers.%d.%s", layer, suffix);
-    else snprintf(t->name, sizeof t->name, "%s", suffix);
+    int n;
+    if (layer >= 0) n = snprintf(t->name, sizeof t->name, "%slayers.%d.%s", prefix, layer, suffix);
+    else n = snprintf(t->name, sizeof t->name, "%s%s", prefix, suffix);
+    if (n < 0 || (size_t)n >= sizeof t->name) t->name[0] = 0; /* cannot happen: prefixes < 32, suffixes < 48 */
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
@@ -25,34 +113,18 @@ int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     int64_t H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
     if (C <= 0 || F <= 0 || V <= 0 || L <= 0 || H <= 0 || KVH <= 0 || D <= 0)
         return error_set("model config: sizes must be positive (load config.json with hf_config_load)");
-    size_t per_layer = 9 + (c->attention_bias ? 3 : 0) + (c->qk_norm ? 2 : 0);
-    size_t total = 3 + (size_t)L * per_layer;
+    BlockTensor bt[BLOCK_TENSORS_MAX];
+    int per_layer = block_tensors(c, bt);
+    size_t total = 3 + (size_t)L * (size_t)per_layer;
     ModelTensorSpec *s = mem_calloc(total, sizeof *s);
     if (!s) return -1;
     size_t k = 0;
-    add(s, &k, -1, "model.embed_tokens.weight", 2, V, C);
-    for (int i = 0; i < (int)L; i++) {
-        add(s, &k, i, "input_layernorm.weight", 1, C, 0);
-        add(s, &k, i, "self_attn.q_proj.weight", 2, H * D, C);
-        add(s, &k, i, "self_attn.k_proj.weight", 2, KVH * D, C);
-        add(s, &k, i, "self_attn.v_proj.weight", 2, KVH * D, C);
-        if (c->attention_bias) {
-            add(s, &k, i, "self_attn.q_proj.bias", 1, H * D, 0);
-            add(s, &k, i, "self_attn.k_proj.bias", 1, KVH * D, 0);
-            add(s, &k, i, "self_attn.v_proj.bias", 1, KVH * D, 0);
-        }
-        add(s, &k, i, "self_attn.o_proj.weight", 2, C, H * D);
-        if (c->qk_norm) {
-            add(s, &k, i, "self_attn.q_norm.weight", 1, D, 0);
-            add(s, &k, i, "self_attn.k_norm.weight", 1, D, 0);
-        }
-        add(s, &k, i, "post_attention_layernorm.weight", 1, C, 0);
-        add(s, &k, i, "mlp.gate_proj.weight", 2, F, C);
-        add(s, &k, i, "mlp.up_proj.weight", 2, F, C);
-        add(s, &k, i, "mlp.down_proj.weight", 2, C, F);
-    }
-    add(s, &k, -1, "model.norm.weight", 1, C, 0);
-    if (!c->tie_word_embeddings) add(s, &k, -1, "lm_head.weight", 2, V, C);
+    add(s, &k, c->prefix, -1, "embed_tokens.weight", 2, V, C);
+    for (int i = 0; i < (int)L; i++)
+        for (int j = 0; j < per_layer; j++)
+            add(s, &k, c->prefix, i, bt[j].suffix, bt[j].ndim, bt[j].shape[0], bt[j].shape[1]);
+    add(s, &k, c->prefix, -1, "norm.weight", 1, C, 0);
+    if (!c->tie_word_embeddings) add(s, &k, "", -1, c->head_name, 2, V, C);
     *out = s;
     *n = k;
     return 0;
@@ -71,6 +143,13 @@ static bool sanitized_away(const ModelConfig *c, const char *name) {
         for (size_t i = 0; i < sizeof dropped / sizeof *dropped; i++)
             if (!strncmp(name, dropped[i], strlen(dropped[i]))) return true;
     }
+    if (!strcmp(c->model_type, "gemma3")) {
+        /* multimodal Gemma 3: gemma3.py's sanitize keeps the language model only */
+        static const char *const towers[] = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                             "model.multi_modal_projector."};
+        for (size_t i = 0; i < sizeof towers / sizeof *towers; i++)
+            if (!strncmp(name, towers[i], strlen(towers[i]))) return true;
+    }
     return c->tie_word_embeddings && !strcmp(name, "lm_head.weight");
 }
 
@@ -88,6 +167,16 @@ static bool tensor_known(const ModelConfig *c, const ModelTensorSpec *specs, con
         if (side && quantized[i] && sl == len && !strncmp(specs[i].name, name, len - 7)) return true;
     }
     return false;
+}
+
+void hf_embed_module(const ModelConfig *c, char *dst, size_t cap) {
+    snprintf(dst, cap, "%sembed_tokens", c->prefix);
+}
+
+void hf_head_module(const ModelConfig *c, char *dst, size_t cap) {
+    size_t n = strlen(c->head_name);
+    if (n > 7 && !strcmp(c->head_name + n - 7, ".weight")) n -= 7;
+    snprintf(dst, cap, "%.*s", (int)n, c->head_name);
 }
 
 int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const QuantConfig *qc) {
@@ -139,6 +228,14 @@ int model_check_tensors_quant(const ModelConfig *c, const StModel *m, const Quan
 
 int model_check_tensors(const ModelConfig *c, const StModel *m) { return model_check_tensors_quant(c, m, NULL); }
 
+void model_tensors_detect_prefix(ModelConfig *c, const StModel *m) {
+    if (strcmp(c->prefix, "language_model.model.") != 0) return;
+    if (st_model_find(m, "language_model.model.embed_tokens.weight")) return;
+    if (!st_model_find(m, "model.language_model.embed_tokens.weight")) return;
+    snprintf(c->prefix, sizeof c->prefix, "model.language_model.");
+    snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");
+}
+
 size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first, size_t first_cap) {
     ModelTensorSpec *specs;
     size_t n, total = 0;
@@ -155,11 +252,17 @@ size_t model_count_nonfinite(const ModelConfig *c, const StModel *m, char *first
 }
 
 int model_tensors_resolve(ModelConfig *c, const StModel *m) {
-    return c->q35.on ? qwen35_detect_layout(c, m) : 0;
+    if (!c->q35.on) {
+        model_tensors_detect_prefix(c, m);
+        return 0;
+    }
+    TRY(qwen35_detect_layout(c, m));
+    hf_qwen35_names(c);
+    return 0;
 }
 
-const char *model_file_prefix(const ModelConfig *c) { return c->q35.on ? c->q35.prefix : "model."; }
-const char *model_adapter_prefix(const ModelConfig *c) { return c->q35.on ? c->q35.adapter_prefix : "model."; }
+const char *model_file_prefix(const ModelConfig *c) { return c->prefix; }
+const char *model_adapter_prefix(const ModelConfig *c) { return c->adapter_prefix; }
 
 /* canonical "model.X" -> prefix "X"; "lm_head.weight" -> head (when given) */
 static const char *rename_canonical(char *buf, size_t cap, const char *canon, const char *prefix, const char *head) {
@@ -175,7 +278,7 @@ const char *model_tensor_name(const ModelConfig *c, char *buf, size_t cap, const
     va_start(ap, fmt);
     vsnprintf(canon, sizeof canon, fmt, ap);
     va_end(ap);
-    return rename_canonical(buf, cap, canon, model_file_prefix(c), c->q35.on ? c->q35.head_name : NULL);
+    return rename_canonical(buf, cap, canon, model_file_prefix(c), c->head_name);
 }
 
 const char *model_module_name(const ModelConfig *c, char *buf, size_t cap, const char *fmt, ...) {
@@ -185,7 +288,7 @@ const char *model_module_name(const ModelConfig *c, char *buf, size_t cap, const
     vsnprintf(canon, sizeof canon - 8, fmt, ap);
     va_end(ap);
     strcat(canon, ".weight");
-    rename_canonical(buf, cap, canon, model_file_prefix(c), c->q35.on ? c->q35.head_name : NULL);
+    rename_canonical(buf, cap, canon, model_file_prefix(c), c->head_name);
     size_t n = strlen(buf);
     if (n >= 7 && !strcmp(buf + n - 7, ".weight")) buf[n - 7] = 0;
     return buf;

@@ -2,6 +2,12 @@
  * matrix exists: the forward walks key blocks with an online softmax and
  * saves each query row's log-sum-exp; the backward recomputes the
  * probabilities block by block from q, k and that lse (FlashAttention-2).
+ * A sliding window (query i sees keys i-window+1..i) only changes which key
+ * tiles a query tile visits (forward) and which query tiles a key tile
+ * visits (backward), plus a mask on the tiles the window's edge crosses: a
+ * sliding layer costs O(T x window). Soft-capped scores (Gemma 2:
+ * cap * tanh(score / cap)) keep tanh per element in the backward tile to
+ * form d score / d raw score = 1 - tanh^2.
  *
  * Work is cut in 64 x 64 tiles: full tiles with a head dim that is a
  * multiple of 16 are read in place, others are copied into zero-padded
@@ -180,10 +186,18 @@ static const float *tile_view(float *buf, int *ld, int Dp, const float *src, int
 }
 
 VEC_INLINE v16 lane_index16(void) { return (v16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
-/* x where lane j + t < limit, else fill */
-VEC_INLINE v16 keep_below16(v16 x, int j, int limit, float fill) {
-    v16i keep = lane_index16() + splat16((float)j) < splat16((float)limit);
+/* x where lo <= lane j + t < hi, else fill */
+VEC_INLINE v16 keep_range16(v16 x, int j, int lo, int hi, float fill) {
+    v16 col = lane_index16() + splat16((float)j);
+    v16i keep = (col < splat16((float)hi)) & (col >= splat16((float)lo));
     return (v16)(((v16i)x & keep) | ((v16i)splat16(fill) & ~keep));
+}
+/* Keys [lo, hi) of the tile starting at key k0 (krows keys) that query qi
+ * sees: every key <= qi, and with a window only those > qi - window. */
+static inline void visible_range(int qi, int k0, int krows, int window, int *lo, int *hi) {
+    int h = qi - k0 + 1, l = window > 0 ? qi - window + 1 - k0 : 0;
+    *hi = h < krows ? h : krows;
+    *lo = l > 0 ? l : 0;
 }
 VEC_INLINE v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
 
@@ -198,12 +212,19 @@ static void check_dims(int H, int KVH, int D, const char *who) {
  * heads): each transposed key tile is then shared by those heads. */
 enum { HEADS_PER_TASK = 4 };
 
+/* First key tile a query tile starting at q0 needs. */
+static int first_key_block(int q0, int window) {
+    int k = window > 0 ? q0 - window + 1 : 0;
+    return k > 0 ? k / TILE : 0;
+}
+
 void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KVH, int D) {
+                       int B, int T, int H, int KVH, int D, const AttnParams *ap) {
     check_dims(H, KVH, D, "attention_forward");
     const int Dp = pad16(D), group = H / KVH, qblocks = (T + TILE - 1) / TILE;
     const int hgroups = (group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = ap->scale, cap = ap->softcap;
+    const int window = ap->window;
     #pragma omp parallel
     {
         float Kt[Dp * TILE], Vbuf[TILE * Dp], Qbuf[HEADS_PER_TASK][TILE * Dp], O[HEADS_PER_TASK][TILE * Dp];
@@ -224,7 +245,7 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                         memset(O[x], 0, sizeof O[x]);
                         for (int i = 0; i < TILE; i++) { m[x][i] = -INFINITY; l[x][i] = 0.0f; }
                     }
-                    for (int kb = 0; kb <= qb; kb++) {
+                    for (int kb = first_key_block(q0, window); kb <= qb; kb++) {
                         int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv, diag = kb == qb;
                         load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                         const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
@@ -232,22 +253,29 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                             tile_gemm(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < qrows; i++) {
                                 float *s = S + (size_t)i * TILE;
-                                /* keys j <= query i are visible */
-                                int visible = kb < qb ? krows : (i + 1 < krows ? i + 1 : krows);
+                                int lo, hi;
+                                visible_range(q0 + i, k0, krows, window, &lo, &hi);
                                 v16 mv = splat16(-INFINITY), sc = splat16(scale);
                                 for (int j = 0; j < TILE; j += 16) {
                                     v16 z = load16(s + j) * sc;
-                                    if (j + 16 > visible) z = keep_below16(z, j, visible, -INFINITY);
+                                    if (cap > 0.0f) z = splat16(cap) * tanh16(z / splat16(cap));
+                                    if (j < lo || j + 16 > hi) z = keep_range16(z, j, lo, hi, -INFINITY);
                                     store16(s + j, z);
                                     mv = max16(mv, z);
                                 }
                                 float mx = m[x][i];
                                 for (int t = 0; t < 16; t++) mx = mv[t] > mx ? mv[t] : mx;
-                                float corr = expf(m[x][i] - mx); /* 0 on the first block */
+                                if (mx == -INFINITY) {
+                                    /* the window starts after this tile for this row, and no
+                                     * earlier tile had a key for it: nothing to add */
+                                    memset(s, 0, TILE * sizeof(float));
+                                    continue;
+                                }
+                                float corr = expf(m[x][i] - mx); /* 0 on the row's first visible tile */
                                 v16 sum = splat16(0.0f), m16 = splat16(mx);
                                 for (int j = 0; j < TILE; j += 16) {
                                     v16 p = exp16(load16(s + j) - m16);
-                                    if (j + 16 > visible) p = keep_below16(p, j, visible, 0.0f);
+                                    if (j < lo || j + 16 > hi) p = keep_range16(p, j, lo, hi, 0.0f);
                                     store16(s + j, p);
                                     sum += p;
                                 }
@@ -291,10 +319,11 @@ size_t attention_workspace_floats(int B, int T, int H, int KVH, int D) {
 
 void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *out, const float *lse, float *workspace,
-                        int B, int T, int H, int KVH, int D) {
+                        int B, int T, int H, int KVH, int D, const AttnParams *ap) {
     check_dims(H, KVH, D, "attention_backward");
     const int Dp = pad16(D), group = H / KVH, blocks = (T + TILE - 1) / TILE;
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = ap->scale, cap = ap->softcap;
+    const int window = ap->window;
     float *rowdot = workspace; /* (B, H, T): D_i = sum_d dout_i * out_i */
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * H * D > 32768)
     for (int b = 0; b < B; b++)
@@ -311,6 +340,7 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
         float Kbuf[TILE * Dp], Kt[Dp * TILE], Vt[Dp * TILE], Qbuf[TILE * Dp], dObuf[TILE * Dp];
         float dKs[TILE * Dp], dVs[TILE * Dp], dQs[TILE * Dp];
         float P[TILE * TILE] __attribute__((aligned(64))), dS[TILE * TILE] __attribute__((aligned(64)));
+        float Th[cap > 0.0f ? TILE * TILE : 1] __attribute__((aligned(64))); /* tanh of the capped scores */
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kvh = 0; kvh < KVH; kvh++)
@@ -322,8 +352,11 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                     load_tile_t(Vt, Dp, v, b, k0, krows, T, KVH, kvh, D);
                     memset(dKs, 0, sizeof dKs);
                     memset(dVs, 0, sizeof dVs);
+                    /* the last query that sees a key of this tile */
+                    int q_last = window > 0 ? k0 + krows - 1 + window - 1 : T - 1;
+                    int qb_end = q_last / TILE + 1 < blocks ? q_last / TILE + 1 : blocks;
                     for (int h = kvh * group; h < (kvh + 1) * group; h++)
-                        for (int qb = kb; qb < blocks; qb++) {
+                        for (int qb = kb; qb < qb_end; qb++) {
                             int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE, diag = kb == qb;
                             const float *Qs = tile_view(Qbuf, &ldq, Dp, q, b, q0, qrows, T, H, h, D);
                             const float *dOs = tile_view(dObuf, &ldo, Dp, dout, b, q0, qrows, T, H, h, D);
@@ -333,11 +366,18 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                             tile_gemm(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < TILE; i++) {
                                 float *p = P + (size_t)i * TILE;
-                                int visible = i >= qrows ? 0 : (qb > kb ? krows : (i + 1 < krows ? i + 1 : krows));
+                                int lo = 0, hi = 0;
+                                if (i < qrows) visible_range(q0 + i, k0, krows, window, &lo, &hi);
                                 v16 sv = splat16(scale), lv = splat16(i < qrows ? lse_row[i] : 0.0f);
                                 for (int j = 0; j < TILE; j += 16) {
-                                    v16 e = exp16(load16(p + j) * sv - lv);
-                                    if (j + 16 > visible) e = keep_below16(e, j, visible, 0.0f);
+                                    v16 z = load16(p + j) * sv;
+                                    if (cap > 0.0f) {
+                                        v16 t = tanh16(z / splat16(cap));
+                                        store16(Th + (size_t)i * TILE + j, t);
+                                        z = splat16(cap) * t;
+                                    }
+                                    v16 e = exp16(z - lv);
+                                    if (j < lo || j + 16 > hi) e = keep_range16(e, j, lo, hi, 0.0f);
                                     store16(p + j, e);
                                 }
                             }
@@ -349,6 +389,15 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                                 float *ds = dS + (size_t)i * TILE;
                                 const float *p = P + (size_t)i * TILE;
                                 v16 di = splat16(i < qrows ? dot_row[i] : 0.0f), sv = splat16(scale);
+                                if (cap > 0.0f) {
+                                    const float *th = Th + (size_t)i * TILE;
+                                    for (int j = 0; j < TILE; j += 16) {
+                                        v16 t = load16(th + j);
+                                        v16 dcap = splat16(1.0f) - t * t;
+                                        store16(ds + j, load16(p + j) * (load16(ds + j) - di) * dcap * sv);
+                                    }
+                                    continue;
+                                }
                                 for (int j = 0; j < TILE; j += 16)
                                     store16(ds + j, load16(p + j) * (load16(ds + j) - di) * sv);
                             }

@@ -78,30 +78,30 @@ extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_for
 extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                       int KVH, int D) {
+                       int KVH, int D, const AttnParams *ap) {
     if (isa_avx512()) {
-        attention_forward_avx512(out, lse, q, k, v, B, T, H, KVH, D);
+        attention_forward_avx512(out, lse, q, k, v, B, T, H, KVH, D, ap);
     } else {
-        attention_forward_base(out, lse, q, k, v, B, T, H, KVH, D);
+        attention_forward_base(out, lse, q, k, v, B, T, H, KVH, D, ap);
     }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *out, const float *lse, float *workspace, int B, int T, int H,
-                        int KVH, int D) {
+                        int KVH, int D, const AttnParams *ap) {
     if (isa_avx512()) {
-        attention_backward_avx512(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D);
+        attention_backward_avx512(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D, ap);
     } else {
-        attention_backward_base(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D);
+        attention_backward_base(dq, dk, dv, dout, q, k, v, out, lse, workspace, B, T, H, KVH, D, ap);
     }
 }
 
 double lmhead_xent(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w, const int *targets,
-                   const float *row_weight, float *scratch, int chunk, int N) {
+                   const float *row_weight, float *scratch, float softcap, int chunk, int N) {
     if (isa_avx512()) {
-        return lmhead_xent_avx512(dinp, row_loss, inp, w, targets, row_weight, scratch, chunk, N);
+        return lmhead_xent_avx512(dinp, row_loss, inp, w, targets, row_weight, scratch, softcap, chunk, N);
     }
-    return lmhead_xent_base(dinp, row_loss, inp, w, targets, row_weight, scratch, chunk, N);
+    return lmhead_xent_base(dinp, row_loss, inp, w, targets, row_weight, scratch, softcap, chunk, N);
 }
 
 void matmul_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {

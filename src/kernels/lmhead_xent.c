@@ -25,6 +25,10 @@
  * rows cost at most 15 rows of products per batch; their results are not
  * read.
  *
+ * Soft-capped logits (Gemma 2's final_logit_softcapping: cap * tanh(z / cap))
+ * are capped in place before the softmax; their dlogits take the factor
+ * 1 - tanh^2 = 1 - (capped / cap)^2 from the capped value.
+ *
  * Compiled twice in the portable build (kernels/isa.h): the softmax's
  * exponentials run on 16-float vectors, one register with AVX-512. */
 #include <math.h>
@@ -47,11 +51,22 @@ size_t lmhead_scratch_floats(int chunk, int C, int V) {
 }
 #endif
 
+/* Soft-capping in place: z = cap * tanh(z / cap). */
+static void softcap_row(float *z, int V, float cap) {
+    int j = 0;
+    v16 c = splat16(cap);
+    for (; j + 16 <= V; j += 16) store16(z + j, c * tanh16(load16(z + j) / c));
+    for (; j < V; j++) z[j] = cap * tanhf(z[j] / cap);
+}
+
 /* Loss of one row and, if want_grad, its dlogits in place: scale * (softmax
  * - onehot), as floats, or (bf16_out) rounded to bf16 in the first half of
  * the row's memory. The bf16 writes trail the reads: block j's 32 bytes go
- * to [2j, 2j + 32), which the loop has read already. */
-static double row_xent(float *z, int V, int target, float scale, int want_grad, int bf16_out) {
+ * to [2j, 2j + 32), which the loop has read already. With soft-capping
+ * (cap > 0) the row holds capped logits and the dlogits are those of the raw
+ * logits: times 1 - (z / cap)^2. */
+static double row_xent(float *z, int V, int target, float scale, int want_grad, int bf16_out, float cap) {
+    if (cap > 0.0f) softcap_row(z, V, cap);
     v16 mv = splat16(-INFINITY);
     int j = 0;
     float mx = -INFINITY;
@@ -67,28 +82,44 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     double loss = lse - (double)z[target];
     if (!want_grad) return loss;
     v16 l16 = splat16((float)lse), s16 = splat16(scale);
+    float icap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    v16 ic16 = splat16(icap), one = splat16(1.0f);
     if (!bf16_out) {
-        for (j = 0; j + 16 <= V; j += 16) store16(z + j, exp16(load16(z + j) - l16) * s16);
-        for (; j < V; j++) z[j] = expf(z[j] - (float)lse) * scale;
-        z[target] -= scale;
+        for (j = 0; j + 16 <= V; j += 16) {
+            v16 zv = load16(z + j);
+            v16 g = exp16(zv - l16) * s16;
+            if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
+            if (cap > 0.0f) g *= one - zv * ic16 * (zv * ic16);
+            store16(z + j, g);
+        }
+        for (; j < V; j++) {
+            float g = expf(z[j] - (float)lse) * scale;
+            if (j == target) g -= scale;
+            if (cap > 0.0f) g *= 1.0f - z[j] * icap * (z[j] * icap);
+            z[j] = g;
+        }
         return loss;
     }
     uint16_t *dst = (uint16_t *)(void *)z;
     for (j = 0; j + 16 <= V; j += 16) {
-        v16 g = exp16(load16(z + j) - l16) * s16;
+        v16 zv = load16(z + j);
+        v16 g = exp16(zv - l16) * s16;
         if ((unsigned)(target - j) < 16u) g[target - j] -= scale;
+        if (cap > 0.0f) g *= one - zv * ic16 * (zv * ic16);
         store16_bf16(dst + j, g);
     }
     for (; j < V; j++) {
         float g = expf(z[j] - (float)lse) * scale;
         if (j == target) g -= scale;
+        if (cap > 0.0f) g *= 1.0f - z[j] * icap * (z[j] * icap);
         dst[j] = f32_to_bf16(g);
     }
     return loss;
 }
 
 double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const FrozenWeight *w,
-                           const int *targets, const float *row_weight, float *scratch, int chunk, int N) {
+                           const int *targets, const float *row_weight, float *scratch, float softcap, int chunk,
+                           int N) {
     int C = w->cols, V = w->rows;
     bool bf = w->compute == DTYPE_BF16;
     if (chunk <= 0) die("lmhead_xent.c: chunk %d must be positive", chunk);
@@ -130,7 +161,7 @@ double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < n; r++) {
             float *z = logits + (size_t)r * V;
-            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, bf);
+            chunk_loss[r] = row_xent(z, V, targets[idx[r]], row_weight[idx[r]], want_grad, bf, softcap);
         }
         for (int r = 0; r < n; r++) { /* fixed order: deterministic sum */
             total += (double)row_weight[idx[r]] * chunk_loss[r];
@@ -158,7 +189,10 @@ double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const
 }
 
 #ifndef LT_ISA_AVX512
-void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, int N) {
+void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, float softcap, int N) {
     fw_linear_forward(out, inp, NULL, w, NULL, N);
+    if (softcap > 0.0f) {
+        for (int n = 0; n < N; n++) softcap_row(out + (size_t)n * w->rows, w->rows, softcap);
+    }
 }
 #endif

@@ -4,6 +4,7 @@
  * (+=) into its gradient outputs, so callers zero them once. */
 #ifndef LT_OPS_H
 #define LT_OPS_H
+#include <stdbool.h>
 #include <stddef.h>
 #include "base/dtype.h"
 #include "base/rope_scaling.h"
@@ -18,44 +19,60 @@ void embedding_backward(float *dtable,     /* (V, C) += */
                         const float *dout, /* (N, C) */
                         const int *tokens, int N, int C);
 
-/* --- RMSNorm (fp32 math, as HF LlamaRMSNorm): out = x * rstd * weight,
- *     rstd = 1/sqrt(mean(x^2) + eps) --- */
+/* --- RMSNorm (fp32 math, as HF LlamaRMSNorm): out = x * rstd * (weight + w_off),
+ *     rstd = 1/sqrt(mean(x^2) + eps); w_off = 1 for Gemma's zero-centred
+ *     weights (1 + w), 0 otherwise --- */
 void rmsnorm_forward(float *out,          /* (N, C) */
                      float *rstd,         /* (N), saved for backward */
                      const float *inp,    /* (N, C) */
                      const float *weight, /* (C) */
-                     float eps, int N, int C);
+                     float w_off, float eps, int N, int C);
 void rmsnorm_backward(float *dinp,         /* (N, C) += */
                       float *dweight,      /* (C) += , or NULL when frozen */
                       const float *dout,   /* (N, C) */
                       const float *inp,    /* (N, C) */
                       const float *weight, /* (C) */
+                      float w_off,
                       const float *rstd,   /* (N) */
                       int N, int C);
 
-/* --- RoPE, HF convention (rotate_half: pairs are (i, i + D/2)) --- */
-/* cos/sin tables for positions 0..T-1: (T, D/2) each. */
-void rope_tables(float *cos_t, float *sin_t, int T, int D, double theta, const RopeScaling *scaling);
-/* In place on x (B, T, H, D): x1' = x1*c - x2*s, x2' = x2*c + x1*s. */
-void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int D);
+/* --- RoPE, HF convention (rotate_half: pairs are (i, i + rd/2)) on the
+ *     first rd dims of each head (rd = D unless partial rotary) --- */
+/* cos/sin tables for positions 0..T-1: (T, rd/2) each. long_factors picks
+ * longrope's long set (ignored by the other types). */
+void rope_tables(float *cos_t, float *sin_t, int T, int rd, double theta, const RopeScaling *scaling,
+                 bool long_factors);
+/* In place on x (B, T, H, D), dims [0, rd) of each head: x1' = x1*c - x2*s,
+ * x2' = x2*c + x1*s with x1 = dims [0, rd/2), x2 = [rd/2, rd). */
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int D, int rd);
 /* In place on dx (B, T, H, D): the transpose rotation (uses -sin). */
-void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int D);
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int D, int rd);
 
 /* --- causal grouped-query attention, flash-style: no (T x T) matrix is
  *     kept; the backward recomputes scores from q, k and the saved
- *     log-sum-exp. Head h reads kv head h / (H / KVH). scale = 1/sqrt(D).
- *     D <= 256. Per-thread tiles live on the OpenMP threads' stacks (at most
- *     (640 * roundup(D, 16) + 4608) floats: 178 KiB at D = 64, 338 KiB at
- *     D = 128; the default 8 MiB thread stacks hold that easily).
+ *     log-sum-exp. Head h reads kv head h / (H / KVH). D <= 256.
+ *     AttnParams: the score scale (1/sqrt(D) for most families), an optional
+ *     sliding window (query i sees keys i-window+1..i; the tiles outside it
+ *     are skipped in both passes, so a sliding layer costs O(T x window)),
+ *     and optional tanh soft-capping of the scores (Gemma 2). Per-thread
+ *     tiles live on the OpenMP threads' stacks (at most (640 * roundup(D, 16)
+ *     + 4608) floats, 4096 more with soft-capping: 178 KiB at D = 64, 338 KiB
+ *     at D = 128, 658 KiB at D = 256; the default 8 MiB thread stacks hold
+ *     that easily).
  *     The forward runs tasks of (batch, 64-query block, kv head, <= 4 of its
  *     heads); the backward runs one task per (batch, kv head), so it uses at
  *     most B * KVH threads. The workspace holds rowsum(dout * out), (B, H, T). --- */
+typedef struct {
+    float scale;      /* scores = scale * q.k */
+    int window;       /* > 0: sliding window of this many keys (self included); 0: full causal */
+    float softcap;    /* > 0: scores = softcap * tanh(scores / softcap) */
+} AttnParams;
 void attention_forward(float *out,      /* (B, T, H, D) */
                        float *lse,      /* (B, H, T), saved for backward */
                        const float *q,  /* (B, T, H, D) */
                        const float *k,  /* (B, T, KVH, D) */
                        const float *v,  /* (B, T, KVH, D) */
-                       int B, int T, int H, int KVH, int D);
+                       int B, int T, int H, int KVH, int D, const AttnParams *ap);
 void attention_backward(float *dq,        /* (B, T, H, D) += */
                         float *dk,        /* (B, T, KVH, D) += */
                         float *dv,        /* (B, T, KVH, D) += */
@@ -64,20 +81,34 @@ void attention_backward(float *dq,        /* (B, T, H, D) += */
                         const float *out, /* (B, T, H, D) forward output */
                         const float *lse, /* (B, H, T) */
                         float *workspace, /* attention_workspace_floats(...) floats */
-                        int B, int T, int H, int KVH, int D);
+                        int B, int T, int H, int KVH, int D, const AttnParams *ap);
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D);
 /* Bytes of the tiles one thread's attention task keeps on its stack (the
  * larger of the forward's and the backward's): resident on every OpenMP
  * thread's stack once attention has run, so the memory plan counts them. */
 size_t attention_stack_bytes(int D);
 
-/* --- SwiGLU: out = silu(gate) * up --- */
+/* --- gated MLP activations: out = act(gate) * up, act = silu (SwiGLU) or
+ *     the tanh approximation of GELU (GeGLU, Gemma's gelu_pytorch_tanh).
+ *     gate and up (and their gradients) are rows of stride ld, so a fused
+ *     gate_up projection (ld = 2F, up = gate + F) is read in place. --- */
+enum { GLU_SILU = 0, GLU_GELU_TANH = 1 };
+void glu_forward(float *out,        /* (rows, F) */
+                 const float *gate, /* (rows, ld) */
+                 const float *up,   /* (rows, ld) */
+                 size_t rows, size_t F, size_t ld, int act);
+void glu_backward(float *dgate, float *dup, /* (rows, ld) += */
+                  const float *dout,        /* (rows, F) */
+                  const float *gate, const float *up, size_t rows, size_t F, size_t ld, int act);
+/* SwiGLU on contiguous (n) vectors. */
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void swiglu_backward(float *dgate, float *dup,   /* += */
                      const float *dout, const float *gate, const float *up, size_t n);
 
 /* --- LM head + cross-entropy, in chunks of rows: the (N, V) logits never
- *     exist, only (chunk, V) at a time. Row i counts with weight row_weight[i]
+ *     exist, only (chunk, V) at a time. softcap > 0: the logits are
+ *     softcap * tanh(z / softcap) (Gemma 2's final_logit_softcapping).
+ *     Row i counts with weight row_weight[i]
  *     (0 = skipped, no logits computed for it). Returns
  *     sum_i row_weight[i] * (logsumexp(z_i) - z_i[target_i]), z_i = inp_i W^T,
  *     in double. When dinp != NULL, dinp += d(that sum)/d(inp).
@@ -94,12 +125,13 @@ double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    const int *targets,      /* (N) */
                    const float *row_weight, /* (N) */
                    float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
-                   int chunk, int N);
+                   float softcap, int chunk, int N);
 size_t lmhead_scratch_floats(int chunk, int C, int V);
 /* Rows the products of a chunk of n counted rows run on: n rounded up to a
  * multiple of 16, at most chunk (zero rows; see lmhead_xent.c). */
 int lmhead_product_rows(int n, int chunk);
-/* Plain logits for generation: out (N, V) = inp (N, C) W^T. A bf16 product
- * needs the matmul conversion scratch for (N, C). */
-void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, int N);
+/* Plain logits for generation: out (N, V) = inp (N, C) W^T, soft-capped as
+ * lmhead_xent when softcap > 0. A bf16 product needs the matmul conversion
+ * scratch for (N, C). */
+void lmhead_logits(float *out, const float *inp, const FrozenWeight *w, float softcap, int N);
 #endif

@@ -46,6 +46,12 @@ VEC_INLINE v16 exp16(v16 x) {
     return p * (v16)e;
 }
 
+/* tanh for 16 lanes: 1 - 2 / (e^2y + 1), exact at the saturated ends
+ * (soft-capping of attention scores and of the final logits). */
+VEC_INLINE v16 tanh16(v16 y) {
+    return splat16(1.0f) - splat16(2.0f) / (exp16(y + y) + splat16(1.0f));
+}
+
 /* 16 floats rounded to bf16 by the rule of f32_to_bf16 (base/dtype.h,
  * LT_BF16_ROUND): the same expression, lane by lane. */
 VEC_INLINE void store16_bf16(unsigned short *dst, v16 x) {

@@ -131,7 +131,8 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
         rc = model_products(&cfg, spec, &ws, views, &b, 1, add_shape, &shapes);
     }
     mem_free(views);
-    if (rc == 0 && shapes.failed) rc = error_set("out of memory listing the products");
+    /* the allocator's message stays */
+    if (rc == 0 && shapes.failed) rc = error_prefix("listing the products");
     MatmulPlan lib;
     if (rc == 0) rc = matmul_plan(shapes.s, shapes.n, &lib);
     if (rc == 0 && prepare_rank >= 0) {

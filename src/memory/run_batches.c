@@ -190,7 +190,8 @@ int run_library_plan(const RunBatches *rb, int world, int this_rank, const Model
         int rc = 0;
         for (size_t i = 0; i < rb->n && rc == 0; i++)
             if (rb->rank[i] == rank) rc = model_products(cfg, spec, ws, views, &rb->batches[i], 1, set_add, &set);
-        if (rc == 0 && set.failed) rc = error_set("out of memory listing the run's matrix products");
+        /* the allocator's message stays */
+        if (rc == 0 && set.failed) rc = error_prefix("listing the run's matrix products");
         MatmulPlan p;
         if (rc == 0) rc = matmul_plan(set.list, set.n, &p);
         /* this worker's own primitives: created now and measured */

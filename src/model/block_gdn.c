@@ -19,6 +19,9 @@
 #include <math.h>
 #include <string.h>
 
+/* the four input projections, which read the same ln1 */
+#define GDN_IN_PROJS (1u << PROJ_LQKV | 1u << PROJ_LZ | 1u << PROJ_LB | 1u << PROJ_LA)
+
 static const float L2_EPS = 1e-6f;   /* transformers' l2norm (and FLA's) */
 
 static void zero(float *p, size_t n) {
@@ -47,8 +50,8 @@ void gdn_mixer_forward(Model *m, int layer, const BlockActs *a, int B, int T) {
     const BlockParams *bp = &m->blocks[layer];
     int N = B * T, C = d->C;
     float eps = m->cfg.rms_norm_eps;
-    PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C));
-    const uint16_t *ln1_16 = proj_shared_input(bp, PROJ_LQKV, PROJ_LA, a->ln1, N, C);
+    PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, d->norm_off, eps, N, C));
+    const uint16_t *ln1_16 = proj_shared_input(bp, GDN_IN_PROJS, a->ln1, N, C);
     proj_forward(m, bp, layer, PROJ_LQKV, a->qkv, a->ln1, ln1_16, a->xa[PROJ_LQKV], N, false);
     proj_forward(m, bp, layer, PROJ_LZ, a->z, a->ln1, ln1_16, a->xa[PROJ_LZ], N, false);
     proj_forward(m, bp, layer, PROJ_LB, a->gb, a->ln1, ln1_16, a->xa[PROJ_LB], N, false);
@@ -100,14 +103,15 @@ void gdn_mixer_backward(Model *m, int layer, const BlockActs *a, int B, int T) {
     PROF(PROF_ELEMENT, zero(sc->dqkv, (size_t)N * g->CC));
     PROF(PROF_GDN, conv1d_silu_backward(sc->dqkv, bp->dconv_w, sc->dconv, a->qkv, bp->conv_w, B, T, g->CC, g->K));
 
-    if (a->transient) PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, eps, N, C));
+    if (a->transient) PROF(PROF_NORM, rmsnorm_forward(a->ln1, a->rstd1, a->x_in, bp->ln1, d->norm_off, eps, N, C));
     bool need_dx = layer > d->lo || bp->dln1 != NULL;
     float *dln = need_dx ? sc->dln : NULL;
     proj_backward(m, bp, layer, PROJ_LQKV, dln, true, sc->dqkv, a->ln1, a->xa[PROJ_LQKV], N);
     proj_backward(m, bp, layer, PROJ_LZ, dln, false, sc->dz, a->ln1, a->xa[PROJ_LZ], N);
     proj_backward(m, bp, layer, PROJ_LB, dln, false, sc->dgb, a->ln1, a->xa[PROJ_LB], N);
     proj_backward(m, bp, layer, PROJ_LA, dln, false, sc->dga, a->ln1, a->xa[PROJ_LA], N);
-    if (need_dx) PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, a->rstd1, N, C));
+    if (need_dx)
+        PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, d->norm_off, a->rstd1, N, C));
 }
 
 void gdn_mixer_decode(Model *m, int layer, const BlockActs *a, const float *x, int rows) {
@@ -119,8 +123,8 @@ void gdn_mixer_decode(Model *m, int layer, const BlockActs *a, const float *x, i
     int slot = m->cache_slot[layer];
     float *cstate = m->conv_state + (size_t)slot * (g->K - 1) * g->CC;
     float *rstate = m->rec_state + (size_t)slot * g->Hv * g->Dk * g->Dv;
-    rmsnorm_forward(a->ln1, a->rstd1, x, bp->ln1, eps, rows, C);
-    const uint16_t *ln1_16 = proj_shared_input(bp, PROJ_LQKV, PROJ_LA, a->ln1, rows, C);
+    rmsnorm_forward(a->ln1, a->rstd1, x, bp->ln1, d->norm_off, eps, rows, C);
+    const uint16_t *ln1_16 = proj_shared_input(bp, GDN_IN_PROJS, a->ln1, rows, C);
     proj_forward(m, bp, layer, PROJ_LQKV, a->qkv, a->ln1, ln1_16, a->xa[PROJ_LQKV], rows, false);
     proj_forward(m, bp, layer, PROJ_LZ, a->z, a->ln1, ln1_16, a->xa[PROJ_LZ], rows, false);
     proj_forward(m, bp, layer, PROJ_LB, a->gb, a->ln1, ln1_16, a->xa[PROJ_LB], rows, false);

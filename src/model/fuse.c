@@ -1,14 +1,18 @@
 /* fuse.c: merging an adapter into the base weights and exporting it to PEFT
- * (see fuse.h; the GGUF exports are gguf_export.c). MLX-LM's LoRA:
- * y = W x + scale * (x A) B with A (in, r), B (r, out), so the merged weight is W' = W + scale * B^T A^T
- * (out, in); DoRA then rescales row o by m[o] / ||W'[o, :]||. */
+ * (see fuse.h; the GGUF exports are gguf_export.c). MLX-LM's LoRA: y = W x + scale * (x A) B with
+ * A (in, r), B (r, out), so the merged weight is W' = W + scale * B^T A^T
+ * (out, in); DoRA then rescales row o by m[o] / ||W'[o, :]||. Names follow
+ * the model's config: weights "<prefix>layers.N.<key>.weight", adapters
+ * "<adapter prefix>layers.N.<key>.lora_a" (MLX-LM's module paths; they
+ * differ for a multimodal gemma3 saved by recent transformers), fused
+ * projections (phi3's qkv_proj, gate_up_proj) under their own keys. */
 #include "model/fuse.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/hf_config.h"
-#include "formats/mlx_quant.h"
 #include "formats/model_tensors.h"
+#include "formats/mlx_quant.h"
 #include "formats/safetensors.h"
 #include "kernels/dequant.h"
 #include "kernels/frozen_weight.h"
@@ -18,28 +22,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Where a model's layers are, by file: its weights (the text prefix), its
- * adapters (MLX-LM's module path) and PEFT's keys (transformers' path).
- * "model." for every family but Qwen3.5. */
-typedef struct {
-    char file[32], adapter[32], peft[64];
-    bool q35;
-} Prefixes;
-
-static int load_prefixes(const char *model_dir, const StModel *st, Prefixes *p) {
-    ModelConfig *c = mem_alloc(sizeof *c);
+/* The model's config (prefixes), with the weight prefix (and Qwen3.5 layout) of its files. */
+static int load_model_config(ModelConfig *mc, const char *model_dir, const StModel *st) {
     char *cfg_path = path_join(model_dir, "config.json");
-    int rc = c && cfg_path ? hf_config_load(c, cfg_path) : -1;
+    if (!cfg_path) return -1;
+    int rc = hf_config_load(mc, cfg_path);
     mem_free(cfg_path);
-    if (rc == 0 && st) rc = model_tensors_resolve(c, st);
-    if (rc == 0) {
-        snprintf(p->file, sizeof p->file, "%s", model_file_prefix(c));
-        snprintf(p->adapter, sizeof p->adapter, "%s", model_adapter_prefix(c));
-        snprintf(p->peft, sizeof p->peft, "base_model.model.%s", c->q35.on ? c->q35.hf_prefix : "model.");
-        p->q35 = c->q35.on;
-    }
-    mem_free(c);
-    return rc;
+    TRY(rc);
+    return st ? model_tensors_resolve(mc, st) : 0;
 }
 
 int adapter_config_load(AdapterConfig *ac, const char *adapter_dir) {
@@ -82,34 +72,39 @@ typedef struct {
     int layer, proj;
 } WeightAdapter;
 
-/* "<prefix>layers.N.<key>.<rest>" -> N, the PROJ_* of key, rest. */
+/* "<prefix>layers.N.<key>.<rest>": layer, projection and rest. */
 static int parse_layer_proj(const char *name, const char *prefix, int *layer, int *proj, const char **rest) {
-    int i, n = 0;
     size_t pl = strlen(prefix);
-    if (strncmp(name, prefix, pl)) return -1;
-    name += pl;
-    if (sscanf(name, "layers.%d.%n", &i, &n) != 1 || n == 0) return -1;
+    if (strncmp(name, prefix, pl) != 0) return -1;
+    int i, n = 0;
+    if (sscanf(name + pl, "layers.%d.%n", &i, &n) != 1 || n == 0) return -1;
+    n += (int)pl;
     for (int p = 0; p < PROJ_COUNT; p++) {
         size_t k = strlen(PROJ_KEYS[p]);
-        if (!strncmp(name + n, PROJ_KEYS[p], k) && name[n + k] == '.') { *layer = i; *proj = p; *rest = name + n + k + 1; return 0; }
+        if (!strncmp(name + n, PROJ_KEYS[p], k) && name[n + k] == '.') {
+            *layer = i;
+            *proj = p;
+            *rest = name + n + k + 1;
+            return 0;
+        }
     }
     return -1;
 }
 
-static int find_adapter(const StFile *ad, const AdapterConfig *ac, const Prefixes *px, const char *weight_name,
+static int find_adapter(const StFile *ad, const AdapterConfig *ac, const ModelConfig *mc, const char *weight_name,
                         WeightAdapter *wa) {
     memset(wa, 0, sizeof *wa);
     wa->layer = wa->proj = -1;
     if (ac->type == TUNE_FULL) { wa->full = st_find(ad, weight_name); return 0; }
     const char *rest;
-    if (parse_layer_proj(weight_name, px->file, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0)
+    if (parse_layer_proj(weight_name, mc->prefix, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0)
         return 0;
     char key[256];
-    snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", px->adapter, wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->a = st_find(ad, key);
-    snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", px->adapter, wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->b = st_find(ad, key);
-    snprintf(key, sizeof key, "%slayers.%d.%s.m", px->adapter, wa->layer, PROJ_KEYS[wa->proj]);
+    snprintf(key, sizeof key, "%slayers.%d.%s.m", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->m = st_find(ad, key);
     if (!wa->a != !wa->b) return error_set("%s/adapters.safetensors: %s has only one of lora_a and lora_b", ad->path, weight_name);
     return 0;
@@ -175,19 +170,22 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
     AdapterConfig ac;
     StFile ad = {0};
     StModel base = {0};
-    ModelConfig cfg;
+    ModelConfig *cfg = mem_alloc(sizeof *cfg);
+    TRY_PTR(cfg);
     char *cfg_path = path_join(model_dir, "config.json");
-    TRY_PTR(cfg_path);
-    int crc = hf_config_load(&cfg, cfg_path);
+    int crc = cfg_path ? hf_config_load(cfg, cfg_path) : -1;
     mem_free(cfg_path);
-    TRY(crc);
     WeightsSummary ws;
-    TRY(model_weights_summary(model_dir, &cfg, &ws));
-    if (ws.quantized) return error_set("%s: planning the fuse of a quantized model is not supported yet", model_dir);
-    TRY(open_adapter(adapter_dir, &ac, &ad));
+    if (crc == 0) crc = model_weights_summary(model_dir, cfg, &ws);
+    if (crc == 0 && ws.quantized)
+        crc = error_set("%s: planning the fuse of a quantized model is not supported yet", model_dir);
+    if (crc == 0) crc = open_adapter(adapter_dir, &ac, &ad);
+    if (crc < 0) {
+        mem_free(cfg);
+        return -1;
+    }
     int rc = st_model_open(&base, model_dir, true);
-    Prefixes px;
-    if (rc == 0) rc = load_prefixes(model_dir, &base, &px);
+    if (rc == 0) rc = load_model_config(cfg, model_dir, &base);
     size_t merged = 0, tensors = 0, files = 0, n_shapes = 0;
     MatmulShape shapes[PROJ_COUNT];
     for (size_t f = 0; rc == 0 && f < base.n_files; f++) {
@@ -195,7 +193,7 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
         for (size_t i = 0; i < base.files[f].n_tensors && rc == 0; i++) {
             const StTensor *t = &base.files[f].tensors[i];
             WeightAdapter wa;
-            rc = find_adapter(&ad, &ac, &px, t->name, &wa);
+            rc = find_adapter(&ad, &ac, cfg, t->name, &wa);
             if (rc == 0 && (wa.full || wa.a)) {
                 merged += t->nelem * sizeof(float);
                 tensors++;
@@ -225,6 +223,7 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
     if (rc == 0) rc = plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad", lib.scratchpad_bytes, false);
     st_model_close(&base);
     st_close(&ad);
+    mem_free(cfg);
     return rc;
 }
 
@@ -326,14 +325,18 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     size_t n_total = 0, used_adapters = 0, n_adapter_tensors = 0;
     int rc = -1;
     if (max_shard_bytes == 0) max_shard_bytes = 5000000000ull;
-    Prefixes px;
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
+    ModelConfig *mc = mem_alloc(sizeof *mc);
+    if (!mc) return -1;
+    if (open_adapter(adapter_dir, &ac, &ad) < 0) {
+        mem_free(mc);
+        return -1;
+    }
     char *cfg_path = path_join(model_dir, "config.json");
     int qrc = cfg_path ? quant_config_load(&qc, cfg_path) : -1;
     mem_free(cfg_path);
     if (qrc < 0) goto out;
     if (st_model_open(&base, model_dir, false) < 0) goto out;
-    if (load_prefixes(model_dir, &base, &px) < 0) goto out;
+    if (load_model_config(mc, model_dir, &base) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     for (size_t f = 0; f < base.n_files; f++) n_total += base.files[f].n_tensors;
     wt = mem_calloc(n_total + 1, sizeof *wt);
@@ -345,7 +348,7 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         for (size_t i = 0; i < base.files[f].n_tensors; i++) {
             const StTensor *t = &base.files[f].tensors[i];
             WeightAdapter wa;
-            if (find_adapter(&ad, &ac, &px, t->name, &wa) < 0) goto out;
+            if (find_adapter(&ad, &ac, mc, t->name, &wa) < 0) goto out;
             char stem[220];
             snprintf(stem, sizeof stem, "%.*s", (int)strlen(t->name) - 7, t->name);
             QuantParams qp;
@@ -424,10 +427,10 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
             if (ac.type == TUNE_FULL) found = st_model_find(&base, nm) != NULL;
             else {
                 int layer, proj; const char *rest;
-                if (parse_layer_proj(nm, px.adapter, &layer, &proj, &rest) == 0 &&
+                if (parse_layer_proj(nm, mc->adapter_prefix, &layer, &proj, &rest) == 0 &&
                     (!strcmp(rest, "lora_a") || !strcmp(rest, "lora_b") || !strcmp(rest, "m"))) {
                     char wname[256];
-                    snprintf(wname, sizeof wname, "%slayers.%d.%s.weight", px.file, layer, PROJ_KEYS[proj]);
+                    snprintf(wname, sizeof wname, "%slayers.%d.%s.weight", mc->prefix, layer, PROJ_KEYS[proj]);
                     found = st_model_find(&base, wname) != NULL;
                 }
             }
@@ -491,6 +494,7 @@ out:
     mem_free(wt);
     mem_free(rq);
     quant_config_free(&qc);
+    mem_free(mc);
     st_model_close(&base);
     st_close(&ad);
     return rc;
@@ -500,7 +504,7 @@ out:
  * transposed copies in PEFT's layout: A^T (r, in) and B^T (out, r). */
 typedef struct { int layer, proj; int64_t in, out; float *a_t, *b_t; const float *m; } LoraPair;
 
-static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const Prefixes *px, LoraPair **out,
+static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const ModelConfig *mc, LoraPair **out,
                          size_t *n_out, unsigned *proj_mask) {
     *out = NULL; *n_out = 0; *proj_mask = 0;
     if (ac->type == TUNE_FULL) return error_set("%s: a full fine-tune has no LoRA adapter to export; use lmtune fuse", ad->path);
@@ -511,11 +515,11 @@ static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const Prefix
         bool any_layer = false;
         for (int p = 0; p < PROJ_COUNT; p++) {
             char key[256];
-            snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", px->adapter, layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.lora_a", mc->adapter_prefix, layer, PROJ_KEYS[p]);
             const StTensor *a = st_find(ad, key);
-            snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", px->adapter, layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.lora_b", mc->adapter_prefix, layer, PROJ_KEYS[p]);
             const StTensor *b = st_find(ad, key);
-            snprintf(key, sizeof key, "%slayers.%d.%s.m", px->adapter, layer, PROJ_KEYS[p]);
+            snprintf(key, sizeof key, "%slayers.%d.%s.m", mc->adapter_prefix, layer, PROJ_KEYS[p]);
             const StTensor *m = st_find(ad, key);
             if (!a && !b) continue;
             any_layer = true;
@@ -550,12 +554,22 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     LoraPair *pairs = NULL; size_t n = 0; unsigned mask;
     StWriteTensor *wt = NULL; char (*names)[160] = NULL;
     int rc = -1;
-    Prefixes px;
+    ModelConfig *mc = mem_alloc(sizeof *mc);
     StModel base = {0};
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
-    if (st_model_open(&base, model_dir, true) < 0) goto out;
-    if (load_prefixes(model_dir, &base, &px) < 0) goto out;
-    if (collect_pairs(&ad, &ac, &px, &pairs, &n, &mask) < 0) goto out;
+    if (!mc) return -1;
+    if (st_model_open(&base, model_dir, true) < 0 || load_model_config(mc, model_dir, &base) < 0) {
+        st_model_close(&base);
+        mem_free(mc);
+        return -1;
+    }
+    st_model_close(&base);
+    if (open_adapter(adapter_dir, &ac, &ad) < 0) {
+        mem_free(mc);
+        return -1;
+    }
+    if (collect_pairs(&ad, &ac, mc, &pairs, &n, &mask) < 0) goto out;
+    /* PEFT's keys follow transformers' module path (a Qwen3.5 in MLX-LM's layout stores another) */
+    const char *peft_prefix = mc->q35.on ? mc->q35.hf_prefix : mc->prefix;
     if (dir_ensure(out_dir) < 0) goto out;
     wt = mem_calloc(3 * n + 1, sizeof *wt);
     names = mem_calloc(3 * n + 1, sizeof *names);
@@ -563,13 +577,15 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const LoraPair *p = &pairs[i];
-        snprintf(names[k], sizeof names[k], "%slayers.%d.%s.lora_A.weight", px.peft, p->layer, PROJ_KEYS[p->proj]);
+        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_A.weight", peft_prefix, p->layer,
+                 PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {ac.rank, p->in}, p->a_t}; k++;
-        snprintf(names[k], sizeof names[k], "%slayers.%d.%s.lora_B.weight", px.peft, p->layer, PROJ_KEYS[p->proj]);
+        snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_B.weight", peft_prefix, p->layer,
+                 PROJ_KEYS[p->proj]);
         wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {p->out, ac.rank}, p->b_t}; k++;
         if (p->m) {
-            snprintf(names[k], sizeof names[k], "%slayers.%d.%s.lora_magnitude_vector", px.peft, p->layer,
-                     PROJ_KEYS[p->proj]);
+            snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_magnitude_vector", peft_prefix,
+                     p->layer, PROJ_KEYS[p->proj]);
             wt[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {p->out}, p->m}; k++;
         }
     }
@@ -606,6 +622,7 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     rc = 0;
 out:
     mem_free(wt); mem_free(names);
+    mem_free(mc);
     free_pairs(pairs, n);
     st_close(&ad);
     st_model_close(&base);

@@ -228,11 +228,13 @@ static int load_config(const char *model, ModelConfig *c) {
     return 0;
 }
 
-int gguf_export_check(const char *model_dir) {
-    ModelConfig cfg;
-    TRY(load_config(model_dir, &cfg));
-    if (!gguf_arch_for(cfg.model_type)) return error_prefix("%s/config.json", model_dir);
-    return 0;
+int gguf_export_check(const char *model) {
+    ModelConfig *cfg = mem_alloc(sizeof *cfg);
+    TRY_PTR(cfg);
+    int rc = load_config(model, cfg);
+    if (rc == 0 && !gguf_arch_for(cfg->model_type)) rc = error_prefix("%s", model);
+    mem_free(cfg);
+    return rc;
 }
 
 int gguf_export_model(const char *model_dir, const char *out_path, int ggml_type) {

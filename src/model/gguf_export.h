@@ -15,7 +15,7 @@ int gguf_export_model(const char *model_dir, const char *out_path, int ggml_type
 /* A LoRA adapter (DIR/adapters.safetensors, adapter_config.json, MLX-LM's
  * format) for the model in model_dir, as llama.cpp's --lora loads it. */
 int gguf_export_adapter(const char *model_dir, const char *adapter_dir, const char *out_path);
-/* Whether model_dir's architecture has a GGUF export (an error set if not):
- * checked before a fuse, so a refused export leaves no fused model behind. */
-int gguf_export_check(const char *model_dir);
+/* 0 when the model's family has a GGUF form (gguf_arch.h's table), else -1
+ * with the error; `fuse` asks before it writes anything. */
+int gguf_export_check(const char *model);
 #endif

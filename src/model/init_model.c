@@ -2,15 +2,52 @@
  * initialised model directory (config.json + model.safetensors with the
  * Hugging Face tensor names) that every other command can load. */
 #include "model/model_internal.h"
+#include "formats/model_tensors.h"
+#include "formats/hf_config_qwen35.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
-#include "formats/model_tensors.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Phi-4-mini-instruct's longrope factors (config.json rope_scaling): 48 =
+ * 96 rotary dims / 2; the short ones are all 1. */
+static const float PHI4_MINI_LONG[48] = {
+    1.0f, 1.118320672f, 1.250641126f, 1.398617824f, 1.564103225f, 1.74916897f, 1.956131817f, 2.187582649f,
+    2.446418898f, 2.735880826f, 3.059592084f, 3.421605075f, 3.826451687f, 4.279200023f, 4.785517845f,
+    5.351743533f, 5.984965424f, 6.693110555f, 7.485043894f, 8.370679318f, 9.36110372f, 10.4687158f,
+    11.70738129f, 13.09260651f, 14.64173252f, 16.37415215f, 18.31155283f, 20.47818807f, 22.90118105f,
+    25.61086418f, 28.64115884f, 32.03f, 32.1f, 32.13f, 32.23f, 32.6f, 32.61f, 32.64f, 32.66f, 32.7f, 32.71f,
+    32.93f, 32.97f, 33.28f, 33.49f, 33.5f, 44.16f, 47.77f,
+};
+
+/* The block shape of the gemma3_text family with its published 1B-class
+ * defaults (transformers Gemma3TextConfig, the hub configs): sliding layers
+ * in a pattern of 6, window 512, two RoPE bases. */
+static void gemma3_shape(ModelConfig *c) {
+    snprintf(c->model_type, sizeof c->model_type, "gemma3_text");
+    c->head_dim = 256;
+    c->qk_norm = true;
+    c->norm_plus_one = true;
+    c->sandwich_norms = true;
+    c->embed_scale = true;
+    c->hidden_act = HIDDEN_ACT_GELU_TANH;
+    c->query_pre_attn_scalar = 256.0;
+    c->rope_theta = 1e6;
+    c->rope_local_theta = 10000.0;
+    c->rms_norm_eps = 1e-6f;
+    c->max_position_embeddings = 32768;
+    c->sliding_window = 512;
+    for (int i = 0; i < c->num_hidden_layers; i++)
+        if ((i + 1) % 6 != 0) c->layer_flags[i] = LAYER_SLIDING;
+    c->bos_token_id = 2;
+    c->eos_token_ids[0] = 1;
+    c->eos_token_ids[1] = 106;
+    c->n_eos = 2;
+}
 
 /* Qwen3.5's dense text decoders, as published (Qwen/Qwen3.5-0.8B, -2B, -4B
  * config.json: text_config of a nested multimodal config): every 4th block
@@ -64,6 +101,7 @@ static int preset_qwen35(const char *name, ModelConfig *c) {
     snprintf(q->hf_prefix, sizeof q->hf_prefix, "model.language_model.");
     snprintf(q->adapter_prefix, sizeof q->adapter_prefix, "language_model.model.");
     snprintf(q->head_name, sizeof q->head_name, "lm_head.weight");
+    hf_qwen35_names(c);
     return 0;
 }
 
@@ -76,6 +114,10 @@ int model_preset(const char *name, ModelConfig *c) {
     c->rms_norm_eps = 1e-5f;
     c->rope_theta = 10000.0;
     c->rope_scaling.type = ROPE_SCALING_NONE;
+    c->hidden_act = HIDDEN_ACT_SILU;
+    snprintf(c->prefix, sizeof c->prefix, "model.");
+    snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "model.");
+    snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");
 #define SET(type, hs, is, nl, nh, kv, hd, vs) do { snprintf(c->model_type, sizeof c->model_type, "%s", type); \
     c->hidden_size = hs; c->intermediate_size = is; c->num_hidden_layers = nl; c->num_attention_heads = nh; \
     c->num_key_value_heads = kv; c->head_dim = hd ? hd : hs / nh; c->vocab_size = vs; } while (0)
@@ -100,6 +142,47 @@ int model_preset(const char *name, ModelConfig *c) {
         c->max_position_embeddings = 131072;
         c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 8.0, .low_freq_factor = 1.0,
                                         .high_freq_factor = 4.0, .original_max_position = 8192};
+    } else if (!strcmp(name, "gemma-3-270m")) {
+        /* google/gemma-3-270m: 18 layers (global: 5, 11, 17), 640 wide, 4 heads of 256, one kv head */
+        SET("gemma3_text", 640, 2048, 18, 4, 1, 256, 262144);
+        gemma3_shape(c);
+    } else if (!strcmp(name, "gemma-3-1b")) {
+        /* google/gemma-3-1b-pt: 26 layers, 1152 wide, 4 heads of 256, one kv head */
+        SET("gemma3_text", 1152, 6912, 26, 4, 1, 256, 262144);
+        gemma3_shape(c);
+    } else if (!strcmp(name, "phi-4-mini")) {
+        /* microsoft/Phi-4-mini-instruct: fused projections, 96 of 128 head dims rotate, longrope */
+        SET("phi3", 3072, 8192, 32, 24, 8, 0, 200064);
+        c->fused_qkv = true;
+        c->fused_gate_up = true;
+        c->rotary_dim = 96;
+        c->max_position_embeddings = 131072;
+        c->original_max_position = 4096;
+        c->sliding_window = 262144;
+        for (int i = 0; i < c->num_hidden_layers; i++) c->layer_flags[i] = LAYER_SLIDING;
+        RopeScaling *r = &c->rope_scaling;
+        r->type = ROPE_SCALING_LONGROPE;
+        r->n_factors = 48;
+        r->original_max_position = 4096;
+        r->factor = 131072.0 / 4096.0;
+        r->attention_factor = sqrt(1.0 + log(r->factor) / log(4096.0));
+        for (int i = 0; i < 48; i++) {
+            r->short_factor[i] = 1.0f;
+            r->long_factor[i] = PHI4_MINI_LONG[i];
+        }
+        c->bos_token_id = 199999;
+        c->eos_token_ids[0] = 200020;
+        c->n_eos = 1;
+    } else if (!strcmp(name, "smollm3-3b")) {
+        /* HuggingFaceTB/SmolLM3-3B: llama blocks, every 4th layer without RoPE */
+        SET("smollm3", 2048, 11008, 36, 16, 4, 0, 128256);
+        c->rope_theta = 5e6;
+        c->rms_norm_eps = 1e-6f;
+        c->max_position_embeddings = 65536;
+        for (int i = 0; i < c->num_hidden_layers; i++)
+            if ((i + 1) % 4 == 0) c->layer_flags[i] = LAYER_NOPE;
+        c->eos_token_ids[0] = 128012;
+        c->n_eos = 1;
     } else if (!strcmp(name, "tiny")) {
         SET("llama", 64, 128, 2, 4, 2, 0, 256);
         c->torch_dtype = DTYPE_F32;
@@ -108,9 +191,11 @@ int model_preset(const char *name, ModelConfig *c) {
         return preset_qwen35(name, c);
     } else {
         return error_set("unknown model preset '%s' (smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b, "
-                         "llama-3.1-8b, qwen3.5-0.8b, qwen3.5-2b, qwen3.5-4b, tiny, tiny-qwen3.5)", name);
+                         "llama-3.1-8b, gemma-3-270m, gemma-3-1b, phi-4-mini, smollm3-3b, qwen3.5-0.8b, "
+                         "qwen3.5-2b, qwen3.5-4b, tiny, tiny-qwen3.5)", name);
     }
 #undef SET
+    c->rotary_dim = c->rotary_dim ? c->rotary_dim : c->head_dim;
     return 0;
 }
 
@@ -270,15 +355,34 @@ static int add_block(WriteList *w, const ModelConfig *cfg, const Dims *d, int l,
 static int add_all(WriteList *wl, const Dims *d, const ModelConfig *cfg, DType dtype, uint64_t seed) {
     Rng rng;
     rng_seed(&rng, seed);
-    char nm[160];
-    float one = d->norm_off != 0.0f ? 0.0f : 1.0f;
-    model_tensor_name(cfg, nm, sizeof nm, "model.embed_tokens.weight");
-    int rc = add_tensor(wl, nm, 2, d->V, d->C, 0, dtype, &rng, 0, FILL_NORMAL);
-    for (int l = 0; rc == 0 && l < d->L; l++) rc = add_block(wl, cfg, d, l, dtype, &rng);
-    model_tensor_name(cfg, nm, sizeof nm, "model.norm.weight");
-    if (rc == 0) rc = add_tensor(wl, nm, 1, d->C, 0, 0, dtype, &rng, one, FILL_CONST);
-    model_tensor_name(cfg, nm, sizeof nm, "lm_head.weight");
-    if (rc == 0 && !cfg->tie_word_embeddings) rc = add_tensor(wl, nm, 2, d->V, d->C, 0, dtype, &rng, 0, FILL_NORMAL);
+    int rc = 0;
+    if (cfg->q35.on) {
+        /* block by block: Gated DeltaNet's tensors have their own inits */
+        char nm[160];
+        float one = d->norm_off != 0.0f ? 0.0f : 1.0f;
+        model_tensor_name(cfg, nm, sizeof nm, "model.embed_tokens.weight");
+        rc = add_tensor(wl, nm, 2, d->V, d->C, 0, dtype, &rng, 0, FILL_NORMAL);
+        for (int l = 0; rc == 0 && l < d->L; l++) rc = add_block(wl, cfg, d, l, dtype, &rng);
+        model_tensor_name(cfg, nm, sizeof nm, "model.norm.weight");
+        if (rc == 0) rc = add_tensor(wl, nm, 1, d->C, 0, 0, dtype, &rng, one, FILL_CONST);
+        model_tensor_name(cfg, nm, sizeof nm, "lm_head.weight");
+        if (rc == 0 && !cfg->tie_word_embeddings)
+            rc = add_tensor(wl, nm, 2, d->V, d->C, 0, dtype, &rng, 0, FILL_NORMAL);
+        return rc;
+    }
+    /* every tensor the config implies: matrices N(0, 0.02^2), biases 0,
+     * norms 1 (gemma's zero-centred norms: 0, i.e. a gain of 1) */
+    ModelTensorSpec *specs;
+    size_t n;
+    rc = model_tensor_specs(cfg, &specs, &n);
+    float norm_fill = cfg->norm_plus_one ? 0.0f : 1.0f;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const ModelTensorSpec *t = &specs[i];
+        bool bias = strstr(t->name, ".bias") != NULL;
+        rc = add_tensor(wl, t->name, t->ndim, t->shape[0], t->shape[1], 0, dtype, &rng, bias ? 0.0f : norm_fill,
+                        t->ndim == 2 ? FILL_NORMAL : FILL_CONST);
+    }
+    mem_free(specs);
     return rc;
 }
 

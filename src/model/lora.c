@@ -45,8 +45,8 @@ static const float *proj_bias(const BlockParams *bp, int p) { return p <= PROJ_V
 static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
                          float *out, const float *x, float *xa, int N, bool skip_base);
 
-const uint16_t *proj_shared_input(const BlockParams *bp, int p0, int p1, const float *x, int N, int in) {
-    for (int p = p0; p <= p1; p++)
+const uint16_t *proj_shared_input(const BlockParams *bp, unsigned mask, const float *x, int N, int in) {
+    FOR_EACH_PROJ(p, mask)
         if (bp->w[p].compute == DTYPE_BF16) {
             double t0 = prof_begin();
             const uint16_t *x16 = matmul_bf16_input(x, (size_t)N, (size_t)in);
@@ -190,8 +190,7 @@ void dora_update_norms(Model *m) {
     LoraScratch *ls = &m->ls;
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(bp->adapted >> p & 1u)) continue;
+        FOR_EACH_PROJ(p, bp->adapted) {
             int in, od; proj_shape(d, p, &in, &od);
             const float *A = bp->la[p], *B = bp->lb[p];
             for (int i = 0; i < in; i++)

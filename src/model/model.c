@@ -1,4 +1,5 @@
-/* model.c: the whole decoder on one micro-batch: token checks, embedding,
+/* model.c: the whole decoder on one micro-batch: token checks, embedding
+ * (times gemma's scale),
  * the blocks (frozen ones forward only through two ping-pong residual
  * buffers; trainable ones saving their activations, or only their input
  * with gradient checkpointing), final norm, the chunked LM head with
@@ -26,6 +27,29 @@ static int check_batch(const Model *m, const int32_t *tokens, int B, int W, bool
     return 0;
 }
 
+const float *layer_rope(const Model *m, int l, int len, const float **sin_t) {
+    const ModelConfig *c = &m->cfg;
+    if (c->layer_flags[l] & LAYER_NOPE) {
+        *sin_t = NULL;
+        return NULL;
+    }
+    int set = 0;
+    if (c->rope_scaling.type == ROPE_SCALING_LONGROPE) set = len > c->rope_scaling.original_max_position;
+    else if (m->d.n_rope > 1) set = (c->layer_flags[l] & LAYER_SLIDING) != 0;
+    *sin_t = m->rope_sin[set];
+    return m->rope_cos[set];
+}
+
+void embed_rows(Model *m, float *out, const int *ids, int n) {
+    int C = m->d.C;
+    fw_gather_rows(out, ids, n, &m->embed);
+    if (m->embed_scale == 0.0f) return;
+    float s = m->embed_scale;
+    size_t total = (size_t)n * C;
+    #pragma omp parallel for schedule(static) if (total > 32768)
+    for (size_t i = 0; i < total; i++) out[i] *= s;
+}
+
 /* Input buffer of trainable block l in training mode. */
 static float *train_input(Model *m, int l) {
     int i = l - m->d.lo;
@@ -41,9 +65,8 @@ static float *forward_blocks(Model *m, int B, int T) {
      * lowest trainable block's saved set (overwritten when that block runs);
      * Qwen3.5: in their own workspace, the kinds may differ */
     BlockActs *ws = (train && !m->any_ckpt && !d->q35) ? &m->acts[0] : &m->work;
-    norms_refresh(m);
     float *x = (train && d->lo == 0) ? train_input(m, 0) : m->resid[0];
-    PROF(PROF_ELEMENT, fw_gather_rows(x, m->ids, N, &m->embed));
+    PROF(PROF_ELEMENT, embed_rows(m, x, m->ids, N));
     for (int l = 0; l < d->L; l++) {
         bool tr = train && l >= d->lo;
         BlockActs a = (tr && !block_ckpt(m, l)) ? m->acts[l - d->lo] : *ws;
@@ -103,9 +126,9 @@ int model_loss(Model *m, const int32_t *tokens, int B, int W,
     m->d.dropout = false;
     dora_update_norms(m);
     float *x = forward_blocks(m, B, T);
-    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, m->d.C);
+    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->d.norm_off, m->cfg.rms_norm_eps, N, m->d.C);
     *loss_sum = lmhead_xent(NULL, NULL, m->final_out, &m->lm_head, m->targets, m->row_weight,
-                            m->lmhead_scratch, m->d.chunk, N);
+                            m->lmhead_scratch, (float)m->cfg.final_softcap, m->d.chunk, N);
     m->d.dropout = drop;
     return 0;
 }
@@ -135,7 +158,8 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     dora_update_norms(m);
 
     float *x = forward_blocks(m, B, T);
-    PROF(PROF_NORM, rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, d->C));
+    PROF(PROF_NORM, rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, d->norm_off, m->cfg.rms_norm_eps,
+                                    N, d->C));
     Scratch *sc = &m->sc;
     double t0 = prof_begin();
     memset(sc->dres, 0, (size_t)N * d->C * sizeof(float));
@@ -143,10 +167,10 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     prof_end(PROF_ELEMENT, t0);
     t0 = prof_begin();
     double sum = lmhead_xent(sc->dln, NULL, m->final_out, &m->lm_head, m->targets, m->row_weight,
-                             m->lmhead_scratch, d->chunk, N);
+                             m->lmhead_scratch, (float)m->cfg.final_softcap, d->chunk, N);
     prof_end(PROF_LMHEAD, t0);
     *loss = sum / (double)grad_scale;
-    PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, m->final_rstd, N, d->C));
+    PROF(PROF_NORM, rmsnorm_backward(sc->dres, NULL, sc->dln, x, m->final_norm, d->norm_off, m->final_rstd, N, d->C));
     for (int l = d->L - 1; l >= d->lo; l--) {
         BlockActs a;
         if (block_ckpt(m, l)) {
@@ -170,8 +194,8 @@ int model_logits(Model *m, const int32_t *tokens, int B, int T, float *logits) {
     m->d.dropout = false;
     dora_update_norms(m);
     float *x = forward_blocks(m, B, T);
-    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->cfg.rms_norm_eps, N, m->d.C);
-    lmhead_logits(logits, m->final_out, &m->lm_head, N);
+    rmsnorm_forward(m->final_out, m->final_rstd, x, m->final_norm, m->d.norm_off, m->cfg.rms_norm_eps, N, m->d.C);
+    lmhead_logits(logits, m->final_out, &m->lm_head, (float)m->cfg.final_softcap, N);
     m->d.dropout = drop;
     return 0;
 }

@@ -1,5 +1,5 @@
-/* model.h: the decoder (llama / mistral / qwen2 / qwen3) as lmtune trains and
- * runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
+/* model.h: the decoder (llama / mistral / qwen2 / qwen3 / gemma2 / gemma3 /
+ * phi3 / smollm3 / qwen3_5) as lmtune trains and runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
  * the last N blocks, forward and backward of one micro-batch, gradient
  * checkpointing, and incremental decoding with a KV cache.
  *
@@ -18,24 +18,11 @@
 #include "base/rng.h"
 #include "base/trainable.h"
 #include "formats/hf_config.h"
+#include "formats/model_tensors.h"   /* PROJ_*: the projections a block can have */
 #include "memory/plan.h"
 #include "kernels/frozen_weight.h"
 
 typedef enum { TUNE_LORA = 0, TUNE_DORA, TUNE_FULL, TUNE_NONE } TuneType;
-
-/* The linear projections a block can have, in MLX-LM key order: the seven
- * of an attention block, then the five of Qwen3.5's Gated DeltaNet block
- * (which has the same MLP). A block uses its kind's subset. */
-enum {
-    PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN,
-    PROJ_LQKV, PROJ_LZ, PROJ_LB, PROJ_LA, PROJ_LOUT, PROJ_COUNT
-};
-extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "linear_attn.out_proj" */
-#define PROJ_ALL ((1u << PROJ_COUNT) - 1)
-#define PROJ_MLP ((1u << PROJ_GATE) | (1u << PROJ_UP) | (1u << PROJ_DOWN))
-#define PROJ_ATTN_BLOCK ((1u << PROJ_Q) | (1u << PROJ_K) | (1u << PROJ_V) | (1u << PROJ_O) | PROJ_MLP)
-#define PROJ_GDN_BLOCK ((1u << PROJ_LQKV) | (1u << PROJ_LZ) | (1u << PROJ_LB) | (1u << PROJ_LA) | \
-                        (1u << PROJ_LOUT) | PROJ_MLP)
 
 /* A set of blocks by index (checkpointed blocks). */
 #define MODEL_MAX_BLOCKS 256
@@ -60,7 +47,8 @@ typedef struct {
     int lora_rank;          /* r */
     float lora_scale;       /* MLX-LM's scale (PEFT alpha / r) */
     float lora_dropout;
-    unsigned lora_keys;     /* bitmask of 1u << PROJ_* */
+    unsigned lora_keys;     /* bitmask of 1u << PROJ_*; the projections a block does not
+                               have are ignored (MLX-LM matches keys by name) */
     bool grad_checkpoint;   /* every trainable block keeps only its input */
     BlockSet ckpt_blocks;   /* and these blocks too (partial checkpointing): a
                                trainable block keeps only its input and rebuilds
@@ -221,7 +209,8 @@ double model_attention_flops(const ModelConfig *cfg, int rows, int tokens, bool 
  * BF16 or F16. */
 int model_init_random(const char *out_dir, const ModelConfig *cfg, DType dtype, uint64_t seed);
 /* Fills cfg with a named preset: "smollm2-135m", "qwen2.5-0.5b",
- * "qwen3-0.6b", "llama-3.2-1b", "llama-3.1-8b", "tiny". The caller may then override
+ * "qwen3-0.6b", "llama-3.2-1b", "llama-3.1-8b", "gemma-3-270m", "gemma-3-1b",
+ * "phi-4-mini", "smollm3-3b", "tiny". The caller may then override
  * vocab_size. -1 + error for an unknown name. */
 int model_preset(const char *name, ModelConfig *cfg);
 /* A GGUF file as the base model (`--model FILE.gguf`, model_gguf.c): a path

@@ -113,7 +113,6 @@ int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig
     ws->gguf = true;
     ws->file_dtype = compute;
     for (int k = 0; k < weights_matrix_count(&d); k++) {
-        if (k == 1 && cfg->tie_word_embeddings) continue;
         char module[160];
         int rows;
         int cols;

@@ -2,13 +2,23 @@
  * the dimensions of a run, the parameter pointers of one block, one block's
  * activation set, the backward scratch, and struct Model itself. Every
  * pointer here is carved by the one layout walk (model_layout.c), so the
- * memory plan and the real buffers are the same list. */
+ * memory plan and the real buffers are the same list.
+ *
+ * The block is one shape with properties (hf_config.h): norms used as w or
+ * 1 + w, optional sandwich norms on the attention and MLP outputs, optional
+ * q/k norms and q/k/v biases, separate or fused q/k/v and gate/up
+ * projections, SwiGLU or GeGLU, the attention scale and soft-capping, and
+ * per layer a sliding window, a RoPE table set or none (NoPE). Qwen3.5 adds
+ * a second block kind: the Gated DeltaNet token mixer in place of the
+ * (gated) attention, with the same MLP (block_gdn.c). */
 #ifndef LT_MODEL_INTERNAL_H
 #define LT_MODEL_INTERNAL_H
 #include "model/model.h"
 #include "formats/safetensors.h"
 #include "formats/mlx_quant.h"
 #include "kernels/frozen_weight.h"
+#include "kernels/ops.h"   /* AttnParams */
+#include <stdio.h>
 #include "formats/gguf_arch.h"
 
 /* Gated DeltaNet dimensions (Qwen3.5's linear-attention blocks). */
@@ -23,23 +33,31 @@ typedef struct {
 typedef struct {
     int C, F, L, H, KVH, D, V;
     int QD, KVD;          /* H*D, KVH*D */
+    int QKVD;             /* QD + 2 KVD: a fused qkv_proj's output */
     int B, T, N;          /* max rows, max positions, N = B*T */
     int lo;               /* lowest trainable block (L when none) */
     int n_train;          /* L - lo */
     int r;                /* LoRA rank (0 unless LoRA/DoRA) */
     int chunk;            /* LM-head rows per chunk */
     int rope_T;           /* rows of the RoPE tables */
+    int rd;               /* rotary dims of a head (partial rotary: < D) */
+    int n_rope;           /* RoPE table sets: 1, or 2 (gemma3's local base; longrope's short and long) */
     int dec_rows;         /* rows of one decode step chunk (0: no KV cache) */
     int kv_T;             /* KV cache positions */
     int max_pos;          /* positions decoding may reach (> kv_T: the cache rotates) */
     bool train;           /* gradients and saved activations exist */
     bool dropout;         /* training with lora_dropout > 0 */
     bool qk_norm, bias;
+    bool sandwich;        /* attention and MLP outputs normed before the residual add */
+    bool fused_qkv;       /* one qkv_proj */
+    int gu_ld;            /* row stride of the gate/up activations: F, or 2F for a fused gate_up_proj */
+    int act;              /* GLU_SILU or GLU_GELU_TANH */
+    float norm_off;       /* RMSNorm weight offset: 1 for zero-centred weights used as 1 + w
+                             (gemma, Qwen3.5 in transformers' layout) */
+    unsigned projs;       /* bitmask of the attention blocks' projections (1u << PROJ_*) */
     bool q35;             /* Qwen3.5: gated attention and Gated DeltaNet blocks */
     bool attn_gate;       /* q_proj also gives the attention output's gate: (N, 2 QD) */
-    int rd;               /* dims of a head RoPE rotates (D unless partial rotary) */
-    float norm_off;       /* stored RMSNorm weights are used as w + norm_off (1: zero-centred) */
-    int n_gdn, n_attn;    /* Qwen3.5: blocks of each kind */
+    int n_gdn, n_attn;    /* blocks of each kind (n_gdn: Qwen3.5) */
     GdnDims g;
     DType file_dtype;     /* dtype of the matrices in the file (of the scales when quantized) */
     DType run_dtype;      /* dtype of the frozen products (spec.weight_dtype) */
@@ -54,6 +72,14 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
 /* in/out features of projection p. */
 void proj_shape(const Dims *d, int p, int *in, int *out);
+/* "<prefix>layers.<l>.<suffix>" into dst (prefixes are < 32 bytes, block
+ * tensor suffixes < 48: 160 bytes always hold it; a cut name is emptied). */
+static inline void layer_name(char *dst, size_t cap, const char *prefix, int l, const char *suffix) {
+    int n = snprintf(dst, cap, "%slayers.%d.%s", prefix, l, suffix);
+    if (n < 0 || (size_t)n >= cap) dst[0] = 0;
+}
+/* for (p in mask) in PROJ_* order */
+#define FOR_EACH_PROJ(p, mask) for (int p = 0; p < PROJ_COUNT; p++) if ((mask) >> p & 1u)
 /* The projections of block l (PROJ_ATTN_BLOCK or PROJ_GDN_BLOCK). */
 unsigned layer_projs(const ModelConfig *cfg, int l);
 static inline bool layer_gdn(const ModelConfig *cfg, int l) { return cfg->q35.on && cfg->q35.linear[l]; }
@@ -64,8 +90,11 @@ typedef struct {
     FrozenWeight w[PROJ_COUNT]; /* (out, in); full fine-tuning: the fp32 masters, plain F32 */
     float *dw[PROJ_COUNT];      /* full fine-tuning */
     float *bias[3], *dbias[3];  /* q, k, v (attention_bias) */
-    float *ln1, *dln1, *ln2, *dln2;
-    float *qn, *dqn, *kn, *dkn; /* qwen3 q/k norms (D) */
+    float *ln1, *dln1;          /* attention input norm (C) */
+    float *ln2, *dln2;          /* MLP input norm (C) */
+    float *pn1, *dpn1;          /* sandwich: attention output norm (C) */
+    float *pn2, *dpn2;          /* sandwich: MLP output norm (C) */
+    float *qn, *dqn, *kn, *dkn; /* per-head q/k norms (D) */
     float *la[PROJ_COUNT], *dla[PROJ_COUNT];  /* LoRA A (in, r) */
     float *lb[PROJ_COUNT], *dlb[PROJ_COUNT];  /* LoRA B (r, out) */
     float *dm[PROJ_COUNT], *ddm[PROJ_COUNT];  /* DoRA magnitude (out) */
@@ -78,22 +107,24 @@ typedef struct {
     float *A_log, *dA_log;      /* GDN: (Hv) */
     float *dt_bias, *ddt_bias;  /* GDN: (Hv) */
     float *gnorm, *dgnorm;      /* GDN: gated RMSNorm weight (Dv), used as stored */
-    /* full fine-tuning of zero-centred norms: ln1/ln2/qn/kn point at w + 1,
-     * rebuilt from these trainable values before every pass (norms_refresh) */
-    const float *ln1_w, *ln2_w, *qn_w, *kn_w;
 } BlockParams;
+
+/* The fp32 slot of a 1-D block tensor (norms, biases) and its gradient. */
+float **block_slot(BlockParams *bp, const BlockTensor *t, float ***grad);
 
 /* One block's activations ((N, .) rows; x_in points at the block's input). */
 typedef struct {
     float *x_in;              /* (N, C) */
     float *ln1, *rstd1;       /* (N, C), (N) */
-    float *q_pre, *k_pre;     /* qwen3: projections before the q/k norm */
+    float *q_pre, *k_pre;     /* q/k norms: projections before the norm */
     float *q_rstd, *k_rstd;   /* (N*H), (N*KVH) */
     float *q, *k, *v;         /* (N, QD), (N, KVD), (N, KVD), after RoPE */
     float *att, *lse;         /* (N, QD), (B, H, T) */
+    float *o, *prstd1;        /* sandwich: o_proj output (N, C) before its norm, rstd (N) */
     float *x_mid;             /* (N, C) residual after attention */
     float *ln2, *rstd2;       /* (N, C), (N) */
-    float *gate, *up, *act;   /* (N, F) */
+    float *gate, *up, *act;   /* (N, gu_ld) rows (fused: one (N, 2F) region), (N, F) */
+    float *mlp, *prstd2;      /* sandwich: down_proj output (N, C) before its norm, rstd (N) */
     float *xa[PROJ_COUNT];    /* (N, r): dropout(x) @ A of adapted projections */
     bool transient;           /* ln1, ln2, act (and the GDN and gate
                                  intermediates below) are shared: rebuild them in backward */
@@ -115,9 +146,10 @@ typedef struct {
 typedef struct {
     float *dres;              /* (N, C) residual gradient */
     float *dln;               /* (N, C) */
+    float *dpost;             /* sandwich: (N, C) gradient of a normed output's input */
     float *datt, *dq, *dk, *dv; /* (N, QD), (N, QD), (N, KVD), (N, KVD) */
-    float *dq_pre, *dk_pre;   /* qwen3 */
-    float *dgate, *dup, *dact; /* (N, F) */
+    float *dq_pre, *dk_pre;   /* q/k norms */
+    float *dgate, *dup, *dact; /* (N, gu_ld) rows, (N, F) */
     float *dxa;               /* (N, r) */
     float *dat;               /* (r, max in) LoRA dA^T, see proj_backward */
     float *ylin;              /* DoRA: (N, max out) unscaled output */
@@ -136,6 +168,8 @@ typedef struct {
     float *at, *wa, *g, *gb;  /* DoRA norms: A^T (r, in), (W A)^T (r, out), A^T A (r, r), (A^T A) B (r, out) */
 } LoraScratch;
 
+enum { ROPE_SETS = 2 };
+
 struct Model {
     ModelConfig cfg;
     ModelSpec spec;
@@ -149,19 +183,21 @@ struct Model {
     const GgufArch *gg_arch;
     int32_t *q_map, *k_map;   /* GGUF q/k: stored row of each Hugging Face row (heap), or NULL */
     FrozenWeight embed;       /* (V, C) */
+    float embed_scale;        /* gemma: sqrt(C) in the table's dtype; 0: none */
     FrozenWeight lm_head;     /* (V, C): embed when tied (MLX's QuantizedEmbedding.as_linear) */
     QuantConfig qc;           /* config.json's quantization (present = false for plain models) */
     float *final_norm;        /* (C) */
     BlockParams *blocks;      /* (L) heap */
+    AttnParams *attn;         /* (L) heap: scale, window, soft-cap of each layer */
 
     TrainableTensor *trainables; /* heap list */
     size_t n_trainables;
     float *train_values, *train_grads; /* one arena block each */
     size_t train_floats;
 
-    float *rope_cos, *rope_sin;  /* (rope_T, rd/2) */
-    float *norm_eff;          /* full fine-tuning of zero-centred norms: the w + 1 copies */
+    float *rope_cos[ROPE_SETS], *rope_sin[ROPE_SETS];  /* (rope_T, rd/2) each */
     float *resid[2];          /* (N, C) ping-pong */
+    float *qkv_tmp;           /* fused qkv_proj: (max(N, dec_rows), QKVD) output / gradient */
     BlockActs *acts;          /* (n_train) saved activations of the blocks not checkpointed */
     float **ckpt;             /* (n_train) inputs of the checkpointed blocks */
     bool any_ckpt;            /* some trainable block is checkpointed: work is the recompute set */
@@ -181,19 +217,24 @@ struct Model {
     void *panel_scratch;      /* expansion panels of the frozen products (frozen_weight.h) */
     size_t panel_scratch_bytes;
 
-    /* KV cache */
-    float *kcache, *vcache;   /* (attention layers, kv_T, KVD) */
-    int *cache_slot;          /* (L) heap: layer -> its KV cache or GDN state slot */
+    /* KV cache: layer l holds kv_len[l] positions from kv_off[l] (rows of
+     * KVD floats); a sliding layer's is a ring of window + dec_rows - 1 */
+    float *kcache, *vcache;
+    size_t *kv_off;           /* (L) heap */
+    int *kv_len;              /* (L) heap (0 on Gated DeltaNet layers) */
+    int *cache_slot;          /* (L) heap: a Gated DeltaNet layer's state slot */
     float *conv_state;        /* GDN layers: (n_gdn, K-1, CC) the last K-1 conv inputs */
     float *rec_state;         /* GDN layers: (n_gdn, Hv, Dk, Dv) the recurrent state */
     float *dec_gdn_ws;        /* GDN chunk workspace of a multi-token decode step */
     BlockActs dec;            /* (dec_rows) workspace */
     float *dec_x, *dec_x2, *dec_scores; /* (dec_rows, C) x2, (H, kv_T) */
+    int32_t *dec_tokens;      /* (kv_T) the sequence so far (longrope recomputes it) */
     int dec_len;              /* positions filled */
+    bool dec_long;            /* longrope: the cache was built with the long factors */
 
     uint64_t dropout_seed;
-    bool dora_fresh;
-    bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */          /* dnorm matches the current adapter */
+    bool dora_fresh;          /* dnorm matches the current adapter */
+    bool dora_frozen;         /* testing hook, see model_freeze_dora_norms */
 };
 
 /* Block l's parameters are fully trainable (full fine-tuning's blocks). */
@@ -208,9 +249,10 @@ static inline unsigned block_adapted_mask(const Model *m, int l) {
 static inline bool block_ckpt(const Model *m, int l) { return spec_block_ckpt(&m->spec, l); }
 
 /* model_weights.c: matrix k of the model (0 embedding, 1 LM head, then
- * PROJ_COUNT per block): module path in the files and (rows, cols). */
+ * PROJ_COUNT slots per block): module path (with cfg's prefix) and (rows,
+ * cols); false when the model has no such matrix (a tied head, a projection
+ * the family's blocks do not have). */
 int weights_matrix_count(const Dims *d);
-/* false: block k's layer has no such projection (Qwen3.5's two block kinds). */
 bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols);
 /* The stored matrix of `module` as a FrozenWeight (into st's mapping),
  * multiplied in the compute type weights_compute gives for products of
@@ -241,14 +283,20 @@ int gguf_tensor_f32(const GgufFile *g, const GgufArch *a, const char *hf_name, c
  * (planning mode, m may be a scratch Model). m->d must be set. */
 int layout_walk(Model *m, const ModelSpec *spec, Carver *cv);
 
+/* The RoPE tables of layer l for a sequence of len positions (longrope picks
+ * its factors by it); NULL for a NoPE layer. */
+const float *layer_rope(const Model *m, int l, int len, const float **sin_t);
+/* Embedding lookup of n tokens, times gemma's scale. */
+void embed_rows(Model *m, float *out, const int *ids, int n);
+
 /* lora.c: an adapted projection. x16: x already rounded to bf16 (from
  * proj_shared_input), used by the base product when its weight is BF16; or NULL. */
 void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
                   float *out, const float *x, const uint16_t *x16, float *xa, int N, bool skip_base);
-/* Projections p0..p1 (q/k/v, or gate/up) read the same x (N, in): when any
- * of them has a BF16 weight, x is rounded to bf16 once here (into the matmul
- * conversion scratch) for all of them; else NULL. */
-const uint16_t *proj_shared_input(const BlockParams *bp, int p0, int p1, const float *x, int N, int in);
+/* The projections of mask (q/k/v, or gate/up) read the same x (N, in): when
+ * any of them has a BF16 weight, x is rounded to bf16 once here (into the
+ * matmul conversion scratch) for all of them; else NULL. */
+const uint16_t *proj_shared_input(const BlockParams *bp, unsigned mask, const float *x, int N, int in);
 /* dx (N, in) += the input gradient, or = it when dx_set (the buffer's first
  * contribution: no zeroing needed); dx NULL when not needed. */
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
@@ -261,16 +309,20 @@ void dora_update_norms(Model *m);
 int model_keep_resident(Model *m);
 int model_read_tensor(const Model *m, const StTensor *t, void *dst, DType dst_type, size_t n);
 
-/* block.c */
+/* block.c. The q/k/v projections (and q/k norms; Qwen3.5: the output gate
+ * into agate) of ln1 -> q, k, v, and the gate/up projections and activation
+ * of ln2 -> act, shared with decode.c. */
+void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N);
+void block_glu_forward(Model *m, int layer, const BlockActs *a, int N);
+/* o_proj's input: att, or (Qwen3.5) att * sigmoid(agate) into a->ag. */
+const float *block_attn_out_input(Model *m, const BlockActs *a, int N);
 void block_forward(Model *m, int layer, const BlockActs *a, float *x_out,
                    int B, int T, bool recompute);
 void block_backward(Model *m, int layer, const BlockActs *a, int B, int T);
-/* The MLP half of a block: x_out = x_mid + down(silu(gate(ln2)) up(ln2)), and
- * its backward (m->sc.dres from d(x_out) to d(x_mid)). */
+/* The MLP half of a block: x_out = x_mid + post2(down(act(gate(ln2)) up(ln2))),
+ * and its backward (m->sc.dres from d(x_out) to d(x_mid)). */
 void block_mlp_forward(Model *m, int layer, const BlockActs *a, float *x_out, int N, bool recompute);
 void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N);
-/* Rebuilds the w + 1 copies of trainable zero-centred norms. */
-void norms_refresh(Model *m);
 
 /* block_gdn.c: the Gated DeltaNet token mixer of block l, x_in -> x_mid
  * (forward) and m->sc.dres from d(x_mid) to d(x_in) (backward). */

@@ -3,8 +3,9 @@
  * very same walk on the arena and gets the pointers. Groups of buffers that
  * always live together (one block's activations, the backward scratch) are
  * one carve each, split into 64-byte aligned pieces, so the plan stays short
- * and readable. (The weights used in place from the mapped files are
- * noted outside the arena by model_residency.c.)
+ * and readable. What a block holds comes from the family's block-tensor
+ * table (formats/model_tensors.h). (The weights used in place from the
+ * mapped files are noted outside the arena by model_residency.c.)
  *
  * Block kinds (Qwen3.5): an attention block and a Gated DeltaNet block carve
  * only their own buffers; the sets shared by every block (the recompute
@@ -24,28 +25,31 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const PROJ_KEYS[PROJ_COUNT] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-    "linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
-    "linear_attn.out_proj",
-};
-
+/* model_trainables.c */
 size_t trainables_enumerate(const Model *m, TrainableTensor *list, size_t *floats);
 void bind_trainables(Model *m);
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
+/* 256 rows: oneDNN reaches ~97 (forward) and ~89 (dinp, K = V) GFLOP/s per
+ * core there, against ~91 and ~77 at 128 rows. Large vocabularies hold the
+ * (chunk, V) logits to 64 MiB instead (gemma's 262k tokens: 64 rows, 64 MiB
+ * rather than 256 MiB), at least 64 rows. */
+static int lmhead_rows(int V) {
+    const size_t budget = (size_t)16 << 20; /* floats */
+    int rows = 256;
+    if ((size_t)rows * (size_t)V > budget) rows = (int)(budget / (size_t)V);
+    return rows < 64 ? 64 : rows;
+}
+
 unsigned layer_projs(const ModelConfig *cfg, int l) {
-    return layer_gdn(cfg, l) ? PROJ_GDN_BLOCK : PROJ_ATTN_BLOCK;
+    return layer_gdn(cfg, l) ? PROJ_GDN_BLOCK : hf_block_projections(cfg);
 }
 
 static int dims_gdn(Dims *d, const ModelConfig *cfg, const ModelSpec *spec) {
     const Qwen35Config *q = &cfg->q35;
     d->q35 = true;
     d->attn_gate = true;
-    d->rd = q->rotary_dim;
-    d->norm_off = q->layout == Q35_LAYOUT_HF ? 1.0f : 0.0f;
     /* counted here, not taken from q->n_linear: a preset or a cut model may not have it */
     d->n_gdn = 0;
     for (int l = 0; l < d->L && l < Q35_MAX_LAYERS; l++) d->n_gdn += q->linear[l] != 0;
@@ -71,19 +75,37 @@ static int dims_gdn(Dims *d, const ModelConfig *cfg, const ModelSpec *spec) {
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype) {
     memset(d, 0, sizeof *d);
-    d->C = cfg->hidden_size; d->F = cfg->intermediate_size; d->L = cfg->num_hidden_layers;
-    d->H = cfg->num_attention_heads; d->KVH = cfg->num_key_value_heads; d->D = cfg->head_dim;
+    d->C = cfg->hidden_size;
+    d->F = cfg->intermediate_size;
+    d->L = cfg->num_hidden_layers;
+    d->H = cfg->num_attention_heads;
+    d->KVH = cfg->num_key_value_heads;
+    d->D = cfg->head_dim;
     d->V = cfg->vocab_size;
     if (d->C <= 0 || d->F <= 0 || d->L <= 0 || d->H <= 0 || d->KVH <= 0 || d->D <= 0 || d->V <= 0)
         return error_set("model: config has a non-positive dimension");
-    if (d->H % d->KVH) return error_set("model: num_attention_heads %d is not a multiple of num_key_value_heads %d", d->H, d->KVH);
+    if (d->L > HF_MAX_LAYERS) return error_set("model: %d layers (at most %d)", d->L, HF_MAX_LAYERS);
+    if (d->H % d->KVH)
+        return error_set("model: num_attention_heads %d is not a multiple of num_key_value_heads %d", d->H, d->KVH);
     if (d->D % 2) return error_set("model: head_dim %d is odd (RoPE needs pairs)", d->D);
-    d->QD = d->H * d->D; d->KVD = d->KVH * d->D;
-    d->qk_norm = cfg->qk_norm; d->bias = cfg->attention_bias;
-    d->rd = d->D;
+    d->rd = cfg->rotary_dim > 0 ? cfg->rotary_dim : d->D;
+    if (d->rd % 2 || d->rd > d->D) return error_set("model: %d rotary dims of a %d-dim head", d->rd, d->D);
+    d->QD = d->H * d->D;
+    d->KVD = d->KVH * d->D;
+    d->QKVD = d->QD + 2 * d->KVD;
+    d->qk_norm = cfg->qk_norm;
+    d->bias = cfg->attention_bias;
+    d->sandwich = cfg->sandwich_norms;
+    d->fused_qkv = cfg->fused_qkv;
+    d->gu_ld = cfg->fused_gate_up ? 2 * d->F : d->F;
+    d->act = cfg->hidden_act == HIDDEN_ACT_GELU_TANH ? GLU_GELU_TANH : GLU_SILU;
+    d->norm_off = cfg->norm_plus_one ? 1.0f : 0.0f;
+    d->projs = hf_block_projections(cfg);
+    d->n_rope = cfg->rope_local_theta > 0 || cfg->rope_scaling.type == ROPE_SCALING_LONGROPE ? 2 : 1;
     if (spec->max_rows < 0 || spec->max_tokens < 0 || spec->kv_cache_tokens < 0)
         return error_set("model: negative batch shape");
-    d->B = spec->max_rows; d->T = spec->max_tokens;
+    d->B = spec->max_rows;
+    d->T = spec->max_tokens;
     size_t n = (size_t)d->B * (size_t)d->T;
     if (n > (1u << 30)) return error_set("model: batch of %zu tokens is too large", n);
     d->N = (int)n;
@@ -101,19 +123,24 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     d->n_train = d->L - d->lo;
     if (spec->type == TUNE_LORA || spec->type == TUNE_DORA) {
         if (spec->lora_rank <= 0) return error_set("model: LoRA rank must be positive (got %d)", spec->lora_rank);
-        unsigned have = 0;
-        for (int l = d->lo; l < d->L; l++) have |= layer_projs(cfg, l);
-        if ((spec->lora_keys & have) == 0) return error_set("model: no LoRA keys selected");
+        if ((spec->lora_keys & PROJ_ALL) == 0) return error_set("model: no LoRA keys selected");
+        unsigned projs = 0;
+        for (int l = d->lo; l < d->L; l++) projs |= layer_projs(cfg, l);
+        if ((spec->lora_keys & projs) == 0) {
+            char have[320] = "";
+            FOR_EACH_PROJ(p, projs)
+                snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", have[0] ? ", " : "", PROJ_KEYS[p]);
+            return error_set("model: none of the LoRA keys is a projection of a %s block (its keys: %s)",
+                             cfg->model_type, have);
+        }
         d->r = spec->lora_rank;
     }
     d->train = tuned && spec->training;
     if (d->train && d->N == 0) return error_set("model: training needs max_rows and max_tokens > 0");
-    if (spec->lora_dropout < 0 || spec->lora_dropout >= 1) return error_set("model: lora dropout %g not in [0, 1)", spec->lora_dropout);
+    if (spec->lora_dropout < 0 || spec->lora_dropout >= 1)
+        return error_set("model: lora dropout %g not in [0, 1)", spec->lora_dropout);
     d->dropout = d->train && d->r > 0 && spec->lora_dropout > 0;
-    /* 256 rows: oneDNN reaches ~97 (forward) and ~89 (dinp, K = V) GFLOP/s per
-     * core there, against ~91 and ~77 at 128 rows (-0.28 s CPU a SmolLM2 step),
-     * for (256 - 128) x V more floats of scratch (25 MB at V = 49152). */
-    d->chunk = spec->lmhead_chunk > 0 ? spec->lmhead_chunk : 256;
+    d->chunk = spec->lmhead_chunk > 0 ? spec->lmhead_chunk : lmhead_rows(d->V);
     if (d->N > 0 && d->chunk > d->N) d->chunk = d->N;
     if (d->chunk < 1) d->chunk = 1;
     d->kv_T = spec->kv_cache_tokens;
@@ -177,6 +204,12 @@ void proj_shape(const Dims *d, int p, int *in, int *out) {
     case PROJ_UP:
         *out = d->F;
         break;
+    case PROJ_QKV:
+        *out = d->QKVD;
+        break;
+    case PROJ_GATE_UP:
+        *out = 2 * d->F;
+        break;
     case PROJ_LQKV:
         *out = d->g.CC;
         break;
@@ -190,6 +223,19 @@ void proj_shape(const Dims *d, int p, int *in, int *out) {
     default:          /* o_proj, down_proj, out_proj */
         *out = d->C;
         break;
+    }
+}
+
+float **block_slot(BlockParams *bp, const BlockTensor *t, float ***grad) {
+    switch (t->role) {
+    case BT_NORM_ATTN_IN: *grad = &bp->dln1; return &bp->ln1;
+    case BT_NORM_ATTN_OUT: *grad = &bp->dpn1; return &bp->pn1;
+    case BT_NORM_MLP_IN: *grad = &bp->dln2; return &bp->ln2;
+    case BT_NORM_MLP_OUT: *grad = &bp->dpn2; return &bp->pn2;
+    case BT_Q_NORM: *grad = &bp->dqn; return &bp->qn;
+    case BT_K_NORM: *grad = &bp->dkn; return &bp->kn;
+    case BT_PROJ_BIAS: *grad = &bp->dbias[t->proj]; return &bp->bias[t->proj];
+    default: *grad = NULL; return NULL;
     }
 }
 
@@ -231,6 +277,10 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
         a->att = sub_f(s, N * d->QD);
         a->lse = sub_f(s, B > 0 ? N * d->H : 0);   /* decode (B = 0) keeps no log-sum-exp */
         if (d->attn_gate) a->agate = sub_f(s, N * d->QD);
+        if (d->sandwich) {
+            a->o = sub_f(s, N * d->C);
+            a->prstd1 = sub_f(s, N);
+        }
     }
     if (kinds & KIND_GDN) {
         const GdnDims *g = &d->g;
@@ -245,8 +295,18 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
     a->x_mid = sub_f(s, N * d->C);
     if (!transient) a->ln2 = sub_f(s, N * d->C);
     a->rstd2 = sub_f(s, N);
-    a->gate = sub_f(s, N * d->F); a->up = sub_f(s, N * d->F);
+    if (d->gu_ld != d->F) {
+        a->gate = sub_f(s, N * d->gu_ld);   /* fused gate_up rows: [gate | up] */
+        a->up = a->gate ? a->gate + d->F : NULL;
+    } else {
+        a->gate = sub_f(s, N * d->F);
+        a->up = sub_f(s, N * d->F);
+    }
     if (!transient) a->act = sub_f(s, N * d->F);
+    if (d->sandwich) {
+        a->mlp = sub_f(s, N * d->C);
+        a->prstd2 = sub_f(s, N);
+    }
     float *shared = NULL;
     if (adapted && !own_xa) shared = sub_f(s, N * d->r);
     for (int p = 0; p < PROJ_COUNT; p++)
@@ -254,7 +314,7 @@ static void acts_split(const Dims *d, Sub *s, BlockActs *a, unsigned adapted, bo
 }
 
 /* The intermediates every block rebuilds (cheaply) instead of keeping:
- * norm outputs and the SwiGLU output; Qwen3.5's q_proj output and gated
+ * norm outputs and the GLU output; Qwen3.5's q_proj output and gated
  * attention output; the Gated DeltaNet's conv output, normalised q and k,
  * gates and gated-norm output. One region serves all blocks. */
 static void shared_split(const Dims *d, Sub *s, BlockActs *a, int rows, int kinds) {
@@ -335,13 +395,17 @@ static int carve_block_acts(Carver *cv, const char *name, const Dims *d, BlockAc
 
 static size_t max_in_out(const Dims *d) {
     int m = imax(imax(d->C, d->F), imax(d->attn_gate ? 2 * d->QD : d->QD, d->KVD));
+    if (d->fused_qkv) m = imax(m, d->QKVD);
+    m = imax(m, d->gu_ld);
     if (d->q35) m = imax(m, imax(d->g.CC, d->g.Vd));
     return (size_t)m;
 }
 
 static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kinds) {
     size_t N = (size_t)d->N;
-    sc->dres = sub_f(s, N * d->C); sc->dln = sub_f(s, N * d->C);
+    sc->dres = sub_f(s, N * d->C);
+    sc->dln = sub_f(s, N * d->C);
+    if (d->sandwich) sc->dpost = sub_f(s, N * d->C);
     if (kinds & KIND_ATTN) {
         sc->datt = sub_f(s, N * d->QD);
         sc->dq = sub_f(s, N * d->QD);
@@ -370,7 +434,14 @@ static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kin
         sc->dga = sub_f(s, N * g->Hv);
         sc->dgb = sub_f(s, N * g->Hv);
     }
-    sc->dgate = sub_f(s, N * d->F); sc->dup = sub_f(s, N * d->F); sc->dact = sub_f(s, N * d->F);
+    if (d->gu_ld != d->F) {
+        sc->dgate = sub_f(s, N * d->gu_ld);
+        sc->dup = sc->dgate ? sc->dgate + d->F : NULL;
+    } else {
+        sc->dgate = sub_f(s, N * d->F);
+        sc->dup = sub_f(s, N * d->F);
+    }
+    sc->dact = sub_f(s, N * d->F);
     if (d->r) sc->dxa = sub_f(s, N * d->r);
     if (d->r) sc->dat = sub_f(s, (size_t)d->r * max_in_out(d));
     if (dora) sc->ylin = sub_f(s, N * max_in_out(d));
@@ -383,6 +454,18 @@ static void lora_split(const Dims *d, Sub *s, LoraScratch *ls, bool dora) {
         ls->at = sub_f(s, (size_t)d->r * mx); ls->wa = sub_f(s, (size_t)d->r * mx);
         ls->g = sub_f(s, (size_t)d->r * d->r); ls->gb = sub_f(s, (size_t)d->r * mx);
     }
+}
+
+/* Positions of layer l's KV cache: a sliding layer keeps a ring of the
+ * window plus the rows of one decode chunk (every row of a chunk still sees
+ * its whole window after the chunk's keys are written); a Gated DeltaNet
+ * layer keeps none (its states instead). */
+static int kv_layer_len(const Model *m, int l) {
+    const Dims *d = &m->d;
+    if (layer_gdn(&m->cfg, l)) return 0;
+    int w = m->cfg.layer_flags[l] & LAYER_SLIDING ? m->cfg.sliding_window : 0;
+    if (w <= 0 || (long)w + d->dec_rows - 1 >= d->kv_T) return d->kv_T;
+    return w + d->dec_rows - 1;
 }
 
 /* The block kinds among layers [l0, l1). */
@@ -400,83 +483,8 @@ static unsigned adapted_union(const Model *m) {
 }
 
 
-/* Frozen block tensors kept as fp32 copies: norms (zero-centred ones are
- * loaded as w + 1), biases, Gated DeltaNet's conv, gates and gated norm,
- * DoRA base row norms. */
-static int carve_frozen_small(Model *m, int l, Carver *cv, bool dora) {
-    const Dims *d = &m->d;
-    BlockParams *bp = &m->blocks[l];
-    char nm[160];
-    snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln1);
-    snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln2);
-    if (bp->gdn) {
-        const GdnDims *g = &d->g;
-        snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d, A_log, dt_bias, norm", l);
-        size_t n = (size_t)g->CC * g->K;
-        float *p;
-        CARVE(cv, MEM_FROZEN_SMALL, nm, (n + 2 * (size_t)g->Hv + g->Dv) * 4, p);
-        if (p) {
-            bp->conv_w = p;
-            bp->A_log = p + n;
-            bp->dt_bias = p + n + g->Hv;
-            bp->gnorm = p + n + 2 * g->Hv;
-        }
-    } else {
-        if (d->qk_norm) {
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->D * 4, bp->qn);
-            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->D * 4, bp->kn);
-        }
-        if (d->bias)
-            for (int pj = 0; pj <= PROJ_V; pj++) {
-                int in, out;
-                proj_shape(d, pj, &in, &out);
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[pj]);
-                CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->bias[pj]);
-            }
-    }
-    if (dora)
-        for (int pj = 0; pj < PROJ_COUNT; pj++) {
-            if (!(bp->adapted >> pj & 1u)) continue;
-            int in, out;
-            proj_shape(d, pj, &in, &out);
-            snprintf(nm, sizeof nm, "model.layers.%d.%s: DoRA base row norms", l, PROJ_KEYS[pj]);
-            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->wnorm2[pj]);
-        }
-    return 0;
-}
-
-/* Full fine-tuning of zero-centred norms (Qwen3.5, transformers' layout):
- * the forward uses w + 1, rebuilt from the trainable w (norms_refresh). */
-static int carve_norm_copies(Model *m, Carver *cv) {
-    const Dims *d = &m->d;
-    if (d->norm_off == 0.0f || m->spec.type != TUNE_FULL || d->n_train == 0) return 0;
-    size_t floats = 0;
-    for (int l = d->lo; l < d->L; l++)
-        floats += 2 * (size_t)d->C + (!layer_gdn(&m->cfg, l) && d->qk_norm ? 2 * (size_t)d->D : 0);
-    CARVE(cv, MEM_TRAINABLE, "zero-centred norms of the trained blocks, as used (w + 1)", floats * 4, m->norm_eff);
-    if (!m->norm_eff) return 0;
-    float *p = m->norm_eff;
-    for (int l = d->lo; l < d->L; l++) {
-        BlockParams *bp = &m->blocks[l];
-        bp->ln1 = p;
-        p += d->C;
-        bp->ln2 = p;
-        p += d->C;
-        if (!bp->gdn && d->qk_norm) {
-            bp->qn = p;
-            p += d->D;
-            bp->kn = p;
-            p += d->D;
-        }
-    }
-    return 0;
-}
-
-/* Per layer, the slot of its KV cache (attention) or its states (GDN). */
+/* Per layer, the slot of its Gated DeltaNet states (attention layers: of
+ * their attention, unused; their KV cache is at kv_off). */
 static int assign_cache_slots(Model *m, bool alloc) {
     if (!alloc) return 0;
     m->cache_slot = mem_calloc((size_t)m->d.L, sizeof *m->cache_slot);
@@ -486,7 +494,150 @@ static int assign_cache_slots(Model *m, bool alloc) {
     return 0;
 }
 
-static int carve_activations(Model *m, const ModelSpec *spec, Carver *cv, bool dora) {
+/* 1. frozen matrices converted from the file's dtype */
+static int walk_frozen_matrices(Model *m, Carver *cv) {
+    const Dims *d = &m->d;
+    const ModelConfig *cfg = &m->cfg;
+    size_t wsz = d->run_dtype == DTYPE_F32 ? 4 : 2;
+    char nm[160];
+    void *p;
+    snprintf(nm, sizeof nm, "%sembed_tokens.weight", cfg->prefix);
+    CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)d->V * d->C * wsz, p);
+    m->embed.data = p;
+    if (!cfg->tie_word_embeddings) {
+        CARVE(cv, MEM_FROZEN_WEIGHTS, cfg->head_name, (size_t)d->V * d->C * wsz, p);
+        m->lm_head.data = p;
+    }
+    for (int l = 0; l < d->L; l++) {
+        if (block_full(m, l)) continue;
+        FOR_EACH_PROJ(pj, m->blocks[l].projs) {
+            int in, out;
+            proj_shape(d, pj, &in, &out);
+            snprintf(nm, sizeof nm, "%slayers.%d.%s.weight", cfg->prefix, l, PROJ_KEYS[pj]);
+            CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)in * out * wsz, p);
+            m->blocks[l].w[pj].data = p;
+        }
+    }
+    return 0;
+}
+
+/* A Gated DeltaNet block's frozen small tensors: its two norms, then conv1d,
+ * A_log, dt_bias and the gated norm as one carve. */
+static int carve_gdn_small(Model *m, int l, Carver *cv) {
+    const Dims *d = &m->d;
+    const GdnDims *g = &d->g;
+    const char *pf = m->cfg.prefix;
+    BlockParams *bp = &m->blocks[l];
+    char nm[160];
+    snprintf(nm, sizeof nm, "%slayers.%d.input_layernorm.weight", pf, l);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln1);
+    snprintf(nm, sizeof nm, "%slayers.%d.post_attention_layernorm.weight", pf, l);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, bp->ln2);
+    snprintf(nm, sizeof nm, "%slayers.%d.linear_attn.conv1d, A_log, dt_bias, norm", pf, l);
+    size_t n = (size_t)g->CC * g->K;
+    float *p;
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (n + 2 * (size_t)g->Hv + g->Dv) * 4, p);
+    if (p) {
+        bp->conv_w = p;
+        bp->A_log = p + n;
+        bp->dt_bias = p + n + g->Hv;
+        bp->gnorm = p + n + 2 * g->Hv;
+    }
+    return 0;
+}
+
+/* 2. frozen norms, biases and Gated DeltaNet tensors as fp32, DoRA base row
+ * norms, RoPE tables */
+static int walk_frozen_small(Model *m, const ModelSpec *spec, Carver *cv) {
+    const Dims *d = &m->d;
+    const ModelConfig *cfg = &m->cfg;
+    char nm[160];
+    snprintf(nm, sizeof nm, "%snorm.weight", cfg->prefix);
+    CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)d->C * 4, m->final_norm);
+    BlockTensor bt[BLOCK_TENSORS_MAX];
+    int nbt = block_tensors(cfg, bt);
+    for (int l = 0; l < d->L; l++) {
+        if (block_full(m, l)) continue;
+        BlockParams *bp = &m->blocks[l];
+        if (bp->gdn) {
+            TRY(carve_gdn_small(m, l, cv));
+        } else {
+            for (int j = 0; j < nbt; j++) {
+                if (bt[j].ndim != 1) continue;
+                float **g, **v = block_slot(bp, &bt[j], &g);
+                layer_name(nm, sizeof nm, cfg->prefix, l, bt[j].suffix);
+                CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)bt[j].shape[0] * 4, *v);
+            }
+        }
+        if (spec->type != TUNE_DORA) continue;
+        FOR_EACH_PROJ(pj, bp->adapted) {
+            int in, out;
+            proj_shape(d, pj, &in, &out);
+            snprintf(nm, sizeof nm, "%slayers.%d.%s: DoRA base row norms", cfg->prefix, l, PROJ_KEYS[pj]);
+            CARVE(cv, MEM_FROZEN_SMALL, nm, (size_t)out * 4, bp->wnorm2[pj]);
+        }
+    }
+    if (d->rope_T <= 0 || d->n_attn == 0) return 0;
+    static const char *set_names[2][ROPE_SETS] = {{"RoPE", "RoPE (sliding layers)"},
+                                                  {"RoPE (longrope short factors)", "RoPE (longrope long factors)"}};
+    bool lr = cfg->rope_scaling.type == ROPE_SCALING_LONGROPE;
+    for (int s = 0; s < d->n_rope; s++) {
+        size_t bytes = (size_t)d->rope_T * (d->rd / 2) * 4;
+        snprintf(nm, sizeof nm, "%s cos table", set_names[lr][s]);
+        CARVE(cv, MEM_FROZEN_SMALL, nm, bytes, m->rope_cos[s]);
+        snprintf(nm, sizeof nm, "%s sin table", set_names[lr][s]);
+        CARVE(cv, MEM_FROZEN_SMALL, nm, bytes, m->rope_sin[s]);
+    }
+    return 0;
+}
+
+/* 3. trainable parameters and gradients, one block each */
+static int walk_trainables(Model *m, const ModelSpec *spec, Carver *cv) {
+    const Dims *d = &m->d;
+    bool dora = spec->type == TUNE_DORA;
+    char nm[160];
+    size_t floats = 0;
+    size_t nt = trainables_enumerate(m, NULL, &floats);
+    if (nt) {
+        bool alloc = cv->arena != NULL;
+        if (alloc) {
+            m->trainables = mem_calloc(nt, sizeof *m->trainables);
+            if (!m->trainables) return -1;
+            trainables_enumerate(m, m->trainables, &floats);
+            m->n_trainables = nt;
+        }
+        m->train_floats = floats;
+        snprintf(nm, sizeof nm, "%s parameters (%zu tensors)", spec->type == TUNE_FULL ? "full fine-tuning" :
+                 dora ? "DoRA" : "LoRA", nt);
+        CARVE(cv, MEM_TRAINABLE, nm, floats * 4, m->train_values);
+        if (d->train) {
+            snprintf(nm, sizeof nm, "gradients (%zu tensors)", nt);
+            CARVE(cv, MEM_GRADIENTS, nm, floats * 4, m->train_grads);
+        }
+        if (alloc) {
+            for (size_t i = 0; i < nt; i++) {
+                size_t off = (size_t)(uintptr_t)m->trainables[i].value;
+                m->trainables[i].value = m->train_values + off;
+                m->trainables[i].grad = m->train_grads ? m->train_grads + off : NULL;
+            }
+            bind_trainables(m);
+        }
+    }
+    if (!dora) return 0;
+    for (int l = d->lo; l < d->L; l++) {
+        FOR_EACH_PROJ(pj, m->blocks[l].adapted) {
+            int in, out;
+            proj_shape(d, pj, &in, &out);
+            snprintf(nm, sizeof nm, "%slayers.%d.%s: DoRA adapted row norms", m->cfg.adapter_prefix, l, PROJ_KEYS[pj]);
+            CARVE(cv, MEM_ACTIVATIONS, nm, (size_t)out * 4, m->blocks[l].dnorm[pj]);
+        }
+    }
+    return 0;
+}
+
+/* 4. activations, checkpoints, backward scratch, LM head */
+static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
+    bool dora = spec->type == TUNE_DORA;
     const Dims *d = &m->d;
     size_t N = (size_t)d->N;
     char nm[160];
@@ -517,9 +668,9 @@ static int carve_activations(Model *m, const ModelSpec *spec, Carver *cv, bool d
             Sub s = {0};
             shared_split(d, &s, &shared, d->N, kinds_train);
             void *base;
-            const char *what = d->q35 ? "norm and SwiGLU outputs, gate and Gated DeltaNet intermediates "
+            const char *what = d->q35 ? "norm and GLU outputs, gate and Gated DeltaNet intermediates "
                                         "(one block, rebuilt in backward)"
-                                      : "norm outputs and SwiGLU output (one block, rebuilt in backward)";
+                                      : "norm outputs and GLU output (one block, rebuilt in backward)";
             TRY(carve(cv, MEM_ACTIVATIONS, what, s.off, &base));
             if (base) {
                 Sub s2 = {base, 0};
@@ -593,9 +744,18 @@ static int carve_activations(Model *m, const ModelSpec *spec, Carver *cv, bool d
     return 0;
 }
 
-static int carve_decode(Model *m, Carver *cv) {
+/* 5. KV cache, Gated DeltaNet states and decode workspace */
+static int walk_kv_cache(Model *m, Carver *cv) {
     const Dims *d = &m->d;
-    size_t kv = (size_t)d->n_attn * d->kv_T * d->KVD * 4;
+    size_t rows = 0;
+    for (int l = 0; l < d->L; l++) {
+        if (m->kv_off) {
+            m->kv_off[l] = rows;
+            m->kv_len[l] = kv_layer_len(m, l);
+        }
+        rows += (size_t)kv_layer_len(m, l);
+    }
+    size_t kv = rows * d->KVD * 4;
     if (kv) {
         CARVE(cv, MEM_KV_CACHE, "KV cache keys", kv, m->kcache);
         CARVE(cv, MEM_KV_CACHE, "KV cache values", kv, m->vcache);
@@ -616,6 +776,9 @@ static int carve_decode(Model *m, Carver *cv) {
     CARVE(cv, MEM_KV_CACHE, "decode residual", (size_t)d->dec_rows * d->C * 4, m->dec_x);
     CARVE(cv, MEM_KV_CACHE, "decode residual 2", (size_t)d->dec_rows * d->C * 4, m->dec_x2);
     if (d->n_attn) CARVE(cv, MEM_KV_CACHE, "decode scores", (size_t)d->H * d->kv_T * 4, m->dec_scores);
+    /* every position generation may reach (a rotating cache holds fewer):
+     * longrope's recomputation reads them all again */
+    CARVE(cv, MEM_KV_CACHE, "decode token history", (size_t)d->max_pos * sizeof(int32_t), m->dec_tokens);
     return 0;
 }
 
@@ -623,9 +786,6 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     const Dims *d = &m->d;
     const ModelConfig *cfg = &m->cfg;
     bool dora = spec->type == TUNE_DORA;
-    bool alloc = cv->arena != NULL;
-    char nm[160];
-    size_t wsz = m->d.run_dtype == DTYPE_F32 ? 4 : 2;
 
     /* Block parameter slots (heap, not arena) */
     for (int l = 0; l < d->L; l++) {
@@ -633,80 +793,13 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
         m->blocks[l].projs = layer_projs(cfg, l);
         m->blocks[l].gdn = layer_gdn(cfg, l);
     }
-    TRY(assign_cache_slots(m, alloc));
+    TRY(assign_cache_slots(m, cv->arena != NULL));
 
-    /* 1. frozen matrices converted from the file's dtype */
-    if (d->convert) {
-        void *p;
-        CARVE(cv, MEM_FROZEN_WEIGHTS, "model.embed_tokens.weight", (size_t)d->V * d->C * wsz, p);
-        m->embed.data = p;
-        if (!cfg->tie_word_embeddings) {
-            CARVE(cv, MEM_FROZEN_WEIGHTS, "lm_head.weight", (size_t)d->V * d->C * wsz, p);
-            m->lm_head.data = p;
-        }
-        for (int l = 0; l < d->L; l++) {
-            if (block_full(m, l)) continue;
-            for (int pj = 0; pj < PROJ_COUNT; pj++) {
-                if (!(m->blocks[l].projs >> pj & 1u)) continue;
-                int in, out;
-                proj_shape(d, pj, &in, &out);
-                snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, PROJ_KEYS[pj]);
-                CARVE(cv, MEM_FROZEN_WEIGHTS, nm, (size_t)in * out * wsz, p);
-                m->blocks[l].w[pj].data = p;
-            }
-        }
-    }
-
-    /* 2. frozen norms, biases and Gated DeltaNet tensors as fp32, DoRA base row norms, RoPE tables */
-    CARVE(cv, MEM_FROZEN_SMALL, "model.norm.weight", (size_t)d->C * 4, m->final_norm);
-    for (int l = 0; l < d->L; l++)
-        if (!block_full(m, l)) TRY(carve_frozen_small(m, l, cv, dora));
-    if (d->rope_T > 0 && d->n_attn > 0) {
-        CARVE(cv, MEM_FROZEN_SMALL, "RoPE cos table", (size_t)d->rope_T * (d->rd / 2) * 4, m->rope_cos);
-        CARVE(cv, MEM_FROZEN_SMALL, "RoPE sin table", (size_t)d->rope_T * (d->rd / 2) * 4, m->rope_sin);
-    }
-
-    /* 3. trainable parameters and gradients, one block each */
-    size_t floats = 0;
-    size_t nt = trainables_enumerate(m, NULL, &floats);
-    if (nt) {
-        if (alloc) {
-            m->trainables = mem_calloc(nt, sizeof *m->trainables);
-            if (!m->trainables) return -1;
-            trainables_enumerate(m, m->trainables, &floats);
-            m->n_trainables = nt;
-        }
-        m->train_floats = floats;
-        snprintf(nm, sizeof nm, "%s parameters (%zu tensors)", spec->type == TUNE_FULL ? "full fine-tuning" :
-                 dora ? "DoRA" : "LoRA", nt);
-        CARVE(cv, MEM_TRAINABLE, nm, floats * 4, m->train_values);
-        if (d->train) {
-            snprintf(nm, sizeof nm, "gradients (%zu tensors)", nt);
-            CARVE(cv, MEM_GRADIENTS, nm, floats * 4, m->train_grads);
-        }
-        if (alloc) {
-            for (size_t i = 0; i < nt; i++) {
-                size_t off = (size_t)(uintptr_t)m->trainables[i].value;
-                m->trainables[i].value = m->train_values + off;
-                m->trainables[i].grad = m->train_grads ? m->train_grads + off : NULL;
-            }
-            bind_trainables(m);
-        }
-    }
-    TRY(carve_norm_copies(m, cv));
-    if (dora)
-        for (int l = d->lo; l < d->L; l++)
-            for (int pj = 0; pj < PROJ_COUNT; pj++) {
-                if (!(m->blocks[l].adapted >> pj & 1u)) continue;
-                int in, out;
-                proj_shape(d, pj, &in, &out);
-                snprintf(nm, sizeof nm, "model.layers.%d.%s: DoRA adapted row norms", l, PROJ_KEYS[pj]);
-                CARVE(cv, MEM_ACTIVATIONS, nm, (size_t)out * 4, m->blocks[l].dnorm[pj]);
-            }
-
-    /* 4. activations */
+    if (d->convert) TRY(walk_frozen_matrices(m, cv));
+    TRY(walk_frozen_small(m, spec, cv));
+    TRY(walk_trainables(m, spec, cv));
     if (d->N > 0) {
-        TRY(carve_activations(m, spec, cv, dora));
+        TRY(walk_activations(m, spec, cv));
     } else if (dora) {
         Sub s = {0};
         LoraScratch tmp;
@@ -718,9 +811,12 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
             lora_split(d, &s2, &m->ls, dora);
         }
     }
-
-    /* 5. KV cache, Gated DeltaNet states and decode workspace */
-    if (d->kv_T > 0) TRY(carve_decode(m, cv));
+    if (d->fused_qkv && (d->N > 0 || d->kv_T > 0)) {
+        size_t rows = (size_t)imax(d->N, d->dec_rows);
+        CARVE(cv, d->train ? MEM_BACKWARD_SCRATCH : MEM_ACTIVATIONS, "fused qkv_proj output / gradient",
+              rows * d->QKVD * 4, m->qkv_tmp);
+    }
+    if (d->kv_T > 0) TRY(walk_kv_cache(m, cv));
 
     /* 6. bf16 conversion scratch of the matrix products */
     if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
@@ -749,6 +845,24 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     return 0;
 }
 
+/* A Model for planning (no arena): config, spec, dims and the heap slots. */
+static Model *plan_model(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws) {
+    Model *m = mem_calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->cfg = *cfg;
+    m->spec = *spec;
+    if (dims_init(&m->d, cfg, spec, ws->file_dtype) < 0 || dims_apply_summary(&m->d, spec, ws) < 0) {
+        mem_free(m);
+        return NULL;
+    }
+    m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
+    if (!m->blocks) {
+        mem_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* Planning entry point for a plain model whose matrices are stored in
  * file_dtype (model_file_dtype: the safetensors headers; config.json's
  * torch_dtype is only a label and may be absent or wrong). */
@@ -759,20 +873,10 @@ int model_layout_dtype(const ModelConfig *cfg, const ModelSpec *spec, DType file
 }
 
 int model_layout_summary(const ModelConfig *cfg, const ModelSpec *spec, const WeightsSummary *ws, Carver *cv) {
-    Model *m = mem_calloc(1, sizeof *m);
+    Model *m = plan_model(cfg, spec, ws);
     if (!m) return -1;
-    m->cfg = *cfg;
-    m->spec = *spec;
-    int rc = dims_init(&m->d, cfg, spec, ws->file_dtype);
-    if (rc == 0) rc = dims_apply_summary(&m->d, spec, ws);
-    if (rc == 0) {
-        m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
-        if (!m->blocks) rc = -1;
-    }
-    if (rc == 0) {
-        Carver plan_only = {NULL, cv->plan};
-        rc = layout_walk(m, spec, &plan_only);
-    }
+    Carver plan_only = {NULL, cv->plan};
+    int rc = layout_walk(m, spec, &plan_only);
     mem_free(m->blocks);
     mem_free(m);
     return rc;

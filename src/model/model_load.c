@@ -1,8 +1,9 @@
 /* model_load.c: opening a model directory for a spec: config.json, every
  * tensor checked against the config (name, shape, dtype), the arena carved
  * through the layout walk, frozen weights pointed into the mapped file or
- * converted into the arena, norms and biases converted to fp32, RoPE tables,
- * DoRA base row norms. Also the trainable-tensor list, its initialisation
+ * converted into the arena, norms and biases converted to fp32, RoPE tables
+ * (each set the layers use), each layer's attention parameters, gemma's
+ * embedding scale, DoRA base row norms. Also the trainable-tensor list, its initialisation
  * (MLX-LM's LoRA init, DoRA magnitudes, full fine-tuning masters) and the
  * small accessors. */
 #include "model/model_internal.h"
@@ -37,6 +38,9 @@ void model_free(Model *m) {
     quant_config_free(&m->qc);
     mem_free(m->blocks);
     mem_free(m->embed_rows);
+    mem_free(m->attn);
+    mem_free(m->kv_off);
+    mem_free(m->kv_len);
     mem_free(m->trainables);
     mem_free(m->acts);
     mem_free(m->ckpt);
@@ -66,18 +70,15 @@ static const int32_t *gguf_map(const Model *m, const char *name) {
     return NULL;
 }
 
-/* A 1-D tensor into fp32, plus `offset` (1 for zero-centred norms). */
-static int load_small(Model *m, const char *name, int64_t n, float *dst, float offset) {
+/* A 1-D tensor into fp32 (norms as stored: zero-centred ones are used as
+ * 1 + w by the kernels). */
+static int load_small(Model *m, const char *name, int64_t n, float *dst) {
     if (!dst && m->gguf) return 0;
-    if (m->gguf) {
-        TRY(gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst));
-    } else {
-        const StTensor *t;
-        TRY(tensor_1d(m, name, n, &t));
-        if (!dst) return 0;
-        TRY(model_read_tensor(m, t, dst, DTYPE_F32, (size_t)n));
-    }
-    for (int64_t i = 0; offset != 0.0f && i < n; i++) dst[i] += offset;
+    if (m->gguf) return gguf_tensor_f32(&m->gg, m->gg_arch, name, gguf_map(m, name), n, 1, dst);
+    const StTensor *t;
+    TRY(tensor_1d(m, name, n, &t));
+    /* read with pread: the file's copy never becomes resident */
+    if (dst) TRY(model_read_tensor(m, t, dst, DTYPE_F32, (size_t)n));
     return 0;
 }
 
@@ -128,11 +129,11 @@ static int load_gdn_small(Model *m, int l, BlockParams *bp, bool none) {
     TRY(st_model_expect(&m->st, nm, 3, shape, &t));
     if (!none) dtype_to_f32(bp->conv_w, t->data, t->dtype, (size_t)g->CC * g->K);
     model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.A_log", l);
-    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->A_log, 0.0f));
+    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->A_log));
     model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.dt_bias", l);
-    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->dt_bias, 0.0f));
+    TRY(load_small(m, nm, g->Hv, none ? NULL : bp->dt_bias));
     model_tensor_name(&m->cfg, nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", l);
-    TRY(load_small(m, nm, g->Dv, none ? NULL : bp->gnorm, 0.0f));
+    TRY(load_small(m, nm, g->Dv, none ? NULL : bp->gnorm));
     return 0;
 }
 
@@ -140,47 +141,83 @@ static int load_weights(Model *m, bool check_only) {
     const Dims *d = &m->d;
     const ModelConfig *c = &m->cfg;
     bool none = check_only;
-    float off = d->norm_off;
     char nm[160];
-    model_module_name(c, nm, sizeof nm, "model.embed_tokens");
+    hf_embed_module(c, nm, sizeof nm);
     TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->embed));
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
     } else {
-        model_module_name(c, nm, sizeof nm, "lm_head");
+        hf_head_module(c, nm, sizeof nm);
         TRY(load_matrix(m, nm, d->V, d->C, none ? NULL : &m->lm_head));
     }
-    model_tensor_name(c, nm, sizeof nm, "model.norm.weight");
-    TRY(load_small(m, nm, d->C, none ? NULL : m->final_norm, off));
+    snprintf(nm, sizeof nm, "%snorm.weight", c->prefix);
+    TRY(load_small(m, nm, d->C, none ? NULL : m->final_norm));
+    BlockTensor bt[BLOCK_TENSORS_MAX];
+    int nbt = block_tensors(c, bt);
     for (int l = 0; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
         bool full = none || (m->spec.type == TUNE_FULL && l >= d->lo);
-        unsigned projs = layer_projs(c, l);
         /* full fine-tuning blocks: checked here, copied at model_init_trainables */
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(projs >> p & 1u)) continue;
-            int in, out; proj_shape(d, p, &in, &out);
-            model_module_name(c, nm, sizeof nm, "model.layers.%d.%s", l, PROJ_KEYS[p]);
-            TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p]));
-            if (d->bias && p <= PROJ_V) {
-                model_tensor_name(c, nm, sizeof nm, "model.layers.%d.%s.bias", l, PROJ_KEYS[p]);
-                TRY(load_small(m, nm, out, full ? NULL : bp->bias[p], 0.0f));
-            }
-        }
-        model_tensor_name(c, nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1, off));
-        model_tensor_name(c, nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2, off));
         if (layer_gdn(c, l)) {
+            FOR_EACH_PROJ(p, layer_projs(c, l)) {
+                int in, out;
+                proj_shape(d, p, &in, &out);
+                layer_name(nm, sizeof nm, c->prefix, l, PROJ_KEYS[p]);
+                TRY(load_matrix(m, nm, out, in, full ? NULL : &bp->w[p]));
+            }
+            layer_name(nm, sizeof nm, c->prefix, l, "input_layernorm.weight");
+            TRY(load_small(m, nm, d->C, full ? NULL : bp->ln1));
+            layer_name(nm, sizeof nm, c->prefix, l, "post_attention_layernorm.weight");
+            TRY(load_small(m, nm, d->C, full ? NULL : bp->ln2));
             TRY(load_gdn_small(m, l, bp, full));
-        } else if (d->qk_norm) {
-            model_tensor_name(c, nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-            TRY(load_small(m, nm, d->D, full ? NULL : bp->qn, off));
-            model_tensor_name(c, nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-            TRY(load_small(m, nm, d->D, full ? NULL : bp->kn, off));
+            continue;
+        }
+        for (int j = 0; j < nbt; j++) {
+            if (bt[j].role == BT_PROJ_WEIGHT) {
+                int p = bt[j].proj;
+                layer_name(nm, sizeof nm, c->prefix, l, PROJ_KEYS[p]);
+                TRY(load_matrix(m, nm, bt[j].shape[0], bt[j].shape[1], full ? NULL : &bp->w[p]));
+                continue;
+            }
+            layer_name(nm, sizeof nm, c->prefix, l, bt[j].suffix);
+            float **g, **v = block_slot(bp, &bt[j], &g);
+            TRY(load_small(m, nm, bt[j].shape[0], full ? NULL : *v));
         }
     }
     return 0;
+}
+
+/* The score scale, window and soft-cap of each layer. */
+static void attention_params(Model *m) {
+    const ModelConfig *c = &m->cfg;
+    for (int l = 0; l < m->d.L; l++) {
+        m->attn[l].scale = hf_attention_scale(c);
+        m->attn[l].window = c->layer_flags[l] & LAYER_SLIDING ? c->sliding_window : 0;
+        m->attn[l].softcap = (float)c->attn_softcap;
+    }
+}
+
+/* RoPE tables: one set, or gemma3's global and local bases, or longrope's
+ * short and long factors. Gemma's embedding scale, rounded to the dtype of
+ * the file's weights (as transformers' embed_scale.to(weight.dtype) on the
+ * checkpoint loaded in its dtype). */
+static void fixed_tables(Model *m) {
+    const Dims *d = &m->d;
+    const ModelConfig *c = &m->cfg;
+    if (m->rope_cos[0]) { /* none without attention layers */
+        rope_tables(m->rope_cos[0], m->rope_sin[0], d->rope_T, d->rd, c->rope_theta, &c->rope_scaling, false);
+        if (c->rope_scaling.type == ROPE_SCALING_LONGROPE)
+            rope_tables(m->rope_cos[1], m->rope_sin[1], d->rope_T, d->rd, c->rope_theta, &c->rope_scaling, true);
+        else if (d->n_rope > 1)
+            rope_tables(m->rope_cos[1], m->rope_sin[1], d->rope_T, d->rd, c->rope_local_theta, NULL, false);
+    }
+    m->embed_scale = 0.0f;
+    if (c->embed_scale) {
+        float s = sqrtf((float)c->hidden_size);
+        /* the file's dtype, also when the table was widened to fp32 for a CPU without bf16 products */
+        if (m->d.file_dtype == DTYPE_BF16) s = bf16_to_f32(f32_to_bf16(s));
+        m->embed_scale = s;
+    }
 }
 
 /* ||W row||^2 of each DoRA-adapted base matrix, of the weights the products use. */
@@ -189,9 +226,19 @@ static void dora_base_norms(Model *m) {
     const Dims *d = &m->d;
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++)
-            if (bp->adapted >> p & 1u) fw_row_norms2(bp->wnorm2[p], &bp->w[p]);
+        FOR_EACH_PROJ(p, bp->adapted) fw_row_norms2(bp->wnorm2[p], &bp->w[p]);
     }
+}
+
+/* The per-layer arrays (blocks, attention parameters, KV cache offsets). */
+static int alloc_layer_arrays(Model *m) {
+    size_t L = (size_t)m->d.L;
+    m->blocks = mem_calloc(L, sizeof *m->blocks);
+    m->attn = mem_calloc(L, sizeof *m->attn);
+    m->kv_off = mem_calloc(L, sizeof *m->kv_off);
+    m->kv_len = mem_calloc(L, sizeof *m->kv_len);
+    if (!m->blocks || !m->attn || !m->kv_off || !m->kv_len) return -1;
+    return 0;
 }
 
 /* model_load for a GGUF file: config and tensors checked from the file,
@@ -216,14 +263,13 @@ static int load_gguf(Model *m, const char *path, const ModelSpec *spec) {
         memcpy(m->embed_rows, spec->embed_rows, words * sizeof *m->embed_rows);
         m->spec.embed_rows = m->embed_rows;
     }
-    m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
-    TRY_PTR(m->blocks);
+    TRY(alloc_layer_arrays(m));
+    attention_params(m);
     TRY(load_weights(m, true));
     Carver cv = {m->arena, NULL};
     TRY(layout_walk(m, spec, &cv));
     TRY(load_weights(m, false));
-    if (m->d.rope_T > 0)
-        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.rd, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    fixed_tables(m);
     model_bind_scratch(m);
     dora_base_norms(m);
     /* exactly the planned pages of the file stay resident */
@@ -267,15 +313,14 @@ int model_load(Model **out, const char *model_dir, const ModelSpec *spec, Arena 
         memcpy(m->embed_rows, spec->embed_rows, words * sizeof *m->embed_rows);
         m->spec.embed_rows = m->embed_rows;
     }
-    m->blocks = mem_calloc((size_t)m->d.L, sizeof *m->blocks);
-    if (!m->blocks) goto fail;
+    if (alloc_layer_arrays(m) < 0) goto fail;
+    attention_params(m);
     if (model_check_tensors_quant(&m->cfg, &m->st, &m->qc) < 0) goto fail;
     if (load_weights(m, true) < 0) goto fail;
     Carver cv = {arena, NULL};
     if (layout_walk(m, spec, &cv) < 0) goto fail;
     if (load_weights(m, false) < 0) goto fail;
-    if (m->rope_cos)
-        rope_tables(m->rope_cos, m->rope_sin, m->d.rope_T, m->d.rd, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    fixed_tables(m);
     model_bind_scratch(m);
     dora_base_norms(m);
     /* exactly the planned pages of the files stay resident */
@@ -302,8 +347,7 @@ int model_init_trainables(Model *m, Rng *rng) {
     }
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
-        for (int p = 0; p < PROJ_COUNT; p++) {
-            if (!(bp->adapted >> p & 1u)) continue;
+        FOR_EACH_PROJ(p, bp->adapted) {
             int in, out; proj_shape(d, p, &in, &out);
             float bound = 1.0f / sqrtf((float)in);
             for (size_t k = 0; k < (size_t)in * d->r; k++) bp->la[p][k] = rng_uniform_range(rng, -bound, bound);

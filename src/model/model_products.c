@@ -129,15 +129,21 @@ static void emit_proj_backward(const Emit *e, int l, int p, int N, bool dx, bool
     if (dx) put(e, matmul_shape_gemm(N, in, r, false, true, 1.0f, d->dropout ? 0.0f : 1.0f), l, PRODUCT_BACKWARD);
 }
 
-/* block_backward's order and flags. */
+/* block_backward's order and flags (block.c, block_gdn.c): the MLP, then
+ * the mixer; fused projections (phi3's gate_up_proj and qkv_proj) in place
+ * of their parts. */
 static void emit_block_backward(const Emit *e, int l, int N) {
     const Model *m = e->m;
+    unsigned projs = m->blocks[l].projs;
     bool need_dx = l > m->d.lo || block_is_full(m, l);
     emit_proj_backward(e, l, PROJ_DOWN, N, true, true);
-    emit_proj_backward(e, l, PROJ_GATE, N, true, true);
-    emit_proj_backward(e, l, PROJ_UP, N, true, false);
+    if (projs >> PROJ_GATE_UP & 1u) {
+        emit_proj_backward(e, l, PROJ_GATE_UP, N, true, true);
+    } else {
+        emit_proj_backward(e, l, PROJ_GATE, N, true, true);
+        emit_proj_backward(e, l, PROJ_UP, N, true, false);
+    }
     if (m->blocks[l].gdn) {
-        /* block_gdn.c's mixer backward */
         emit_proj_backward(e, l, PROJ_LOUT, N, true, true);
         emit_proj_backward(e, l, PROJ_LQKV, N, need_dx, true);
         emit_proj_backward(e, l, PROJ_LZ, N, need_dx, false);
@@ -146,6 +152,10 @@ static void emit_block_backward(const Emit *e, int l, int N) {
         return;
     }
     emit_proj_backward(e, l, PROJ_O, N, true, true);
+    if (projs >> PROJ_QKV & 1u) {
+        emit_proj_backward(e, l, PROJ_QKV, N, need_dx, true);
+        return;
+    }
     emit_proj_backward(e, l, PROJ_Q, N, need_dx, true);
     emit_proj_backward(e, l, PROJ_K, N, need_dx, false);
     emit_proj_backward(e, l, PROJ_V, N, need_dx, false);

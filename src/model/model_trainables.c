@@ -7,7 +7,7 @@
  * of the layer ("model.layers.N.<key>.lora_a"; Qwen3.5 qwen3_5:
  * "language_model.model.layers.N...."); full fine-tuning trains the file's
  * own tensors under their names and shapes (Qwen3.5: conv1d (C, 1, K) or
- * MLX's (C, K, 1), norms as stored). */
+ * MLX's (C, K, 1); norms as stored). */
 #include "model/model_internal.h"
 #include "formats/model_tensors.h"
 #include "base/alloc.h"
@@ -40,7 +40,6 @@ static size_t add_t(TrainableTensor *list, size_t i, size_t *floats, const char 
 /* The slots of block l's tensors, in enumeration order: value and grad
  * destinations (grad may be NULL: frozen), name suffix, shape. */
 typedef struct {
-    const float **src;        /* full FT norms used as w + 1: the trainable w (else NULL) */
     float **value, **grad;    /* value NULL for a projection weight (proj >= 0) */
     int proj;
     char suffix[64];
@@ -48,54 +47,53 @@ typedef struct {
     int64_t shape[3];
 } Slot;
 
-static int norm_slot(Slot *s, int k, float **v, float **g, const float **src, const char *suffix, int64_t n) {
-    s[k] = (Slot){src, v, g, -1, "", 1, {n, 0, 0}};
-    snprintf(s[k].suffix, sizeof s[k].suffix, "%s", suffix);
+static int vec_slot(Slot *s, int k, float **v, float **g, const char *suffix, int64_t n) {
+    s[k] = (Slot){v, g, -1, "", 1, {n, 0, 0}};
+    snprintf(s[k].suffix, sizeof s[k].suffix, "%.63s", suffix);
     return k + 1;
 }
 
 static int proj_slot(Slot *s, int k, const Dims *d, BlockParams *bp, int p) {
     int in, out;
     proj_shape(d, p, &in, &out);
-    s[k] = (Slot){NULL, NULL, &bp->dw[p], p, "", 2, {out, in, 0}};
+    s[k] = (Slot){NULL, &bp->dw[p], p, "", 2, {out, in, 0}};
     snprintf(s[k].suffix, sizeof s[k].suffix, "%s.weight", PROJ_KEYS[p]);
     return k + 1;
 }
 
-/* Full fine-tuning: the tensors of block l as the file has them. */
+/* Full fine-tuning: the tensors of block l as the file has them (norms as
+ * stored: zero-centred ones are used as 1 + w by the kernels). An attention
+ * block's come from the family's block-tensor table. */
 static int full_slots(const Model *m, BlockParams *bp, Slot *s) {
     const Dims *d = &m->d;
     const ModelConfig *cfg = &m->cfg;
-    bool off = d->norm_off != 0.0f;     /* zero-centred norms: trained as stored, used as w + 1 */
     int k = 0;
-    k = norm_slot(s, k, &bp->ln1, &bp->dln1, off ? &bp->ln1_w : NULL, "input_layernorm.weight", d->C);
     if (bp->gdn) {
         const GdnDims *g = &d->g;
+        k = vec_slot(s, k, &bp->ln1, &bp->dln1, "input_layernorm.weight", d->C);
         for (int p = PROJ_LQKV; p <= PROJ_LA; p++) k = proj_slot(s, k, d, bp, p);
         bool mlx = cfg->q35.layout == Q35_LAYOUT_MLX;
-        s[k] = (Slot){NULL, &bp->conv_w, &bp->dconv_w, -1, "linear_attn.conv1d.weight", 3,
+        s[k] = (Slot){&bp->conv_w, &bp->dconv_w, -1, "linear_attn.conv1d.weight", 3,
                       {g->CC, mlx ? g->K : 1, mlx ? 1 : g->K}};
         k++;
-        k = norm_slot(s, k, &bp->A_log, &bp->dA_log, NULL, "linear_attn.A_log", g->Hv);
-        k = norm_slot(s, k, &bp->dt_bias, &bp->ddt_bias, NULL, "linear_attn.dt_bias", g->Hv);
-        k = norm_slot(s, k, &bp->gnorm, &bp->dgnorm, NULL, "linear_attn.norm.weight", g->Dv);
+        k = vec_slot(s, k, &bp->A_log, &bp->dA_log, "linear_attn.A_log", g->Hv);
+        k = vec_slot(s, k, &bp->dt_bias, &bp->ddt_bias, "linear_attn.dt_bias", g->Hv);
+        k = vec_slot(s, k, &bp->gnorm, &bp->dgnorm, "linear_attn.norm.weight", g->Dv);
         k = proj_slot(s, k, d, bp, PROJ_LOUT);
-    } else {
-        const char *bias_sfx[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
-        for (int p = PROJ_Q; p <= PROJ_V; p++) {
-            k = proj_slot(s, k, d, bp, p);
-            int in, out;
-            proj_shape(d, p, &in, &out);
-            if (d->bias) k = norm_slot(s, k, &bp->bias[p], &bp->dbias[p], NULL, bias_sfx[p], out);
-        }
-        if (d->qk_norm) {
-            k = norm_slot(s, k, &bp->qn, &bp->dqn, off ? &bp->qn_w : NULL, "self_attn.q_norm.weight", d->D);
-            k = norm_slot(s, k, &bp->kn, &bp->dkn, off ? &bp->kn_w : NULL, "self_attn.k_norm.weight", d->D);
-        }
-        k = proj_slot(s, k, d, bp, PROJ_O);
+        k = vec_slot(s, k, &bp->ln2, &bp->dln2, "post_attention_layernorm.weight", d->C);
+        for (int p = PROJ_GATE; p <= PROJ_DOWN; p++) k = proj_slot(s, k, d, bp, p);
+        return k;
     }
-    k = norm_slot(s, k, &bp->ln2, &bp->dln2, off ? &bp->ln2_w : NULL, "post_attention_layernorm.weight", d->C);
-    for (int p = PROJ_GATE; p <= PROJ_DOWN; p++) k = proj_slot(s, k, d, bp, p);
+    BlockTensor bt[BLOCK_TENSORS_MAX];
+    int nbt = block_tensors(cfg, bt);
+    for (int j = 0; j < nbt; j++) {
+        if (bt[j].role == BT_PROJ_WEIGHT) {
+            k = proj_slot(s, k, d, bp, bt[j].proj);
+            continue;
+        }
+        float **g, **v = block_slot(bp, &bt[j], &g);
+        k = vec_slot(s, k, v, g, bt[j].suffix, bt[j].shape[0]);
+    }
     return k;
 }
 
@@ -149,8 +147,9 @@ void bind_trainables(Model *m) {
                     int in, out;
                     proj_shape(d, s[k].proj, &in, &out);
                     bp->w[s[k].proj] = fw_plain(m->trainables[i].value, DTYPE_F32, out, in, DTYPE_F32);
-                } else if (s[k].src) *s[k].src = m->trainables[i].value;  /* *value: the w + 1 copy (layout) */
-                else *s[k].value = m->trainables[i].value;
+                } else {
+                    *s[k].value = m->trainables[i].value;
+                }
             }
             continue;
         }

@@ -12,21 +12,22 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Matrix k of a model: 0 the embedding, 1 the LM head, then PROJ_COUNT per
- * block (a block has only some of them: layer_projs). */
+/* Matrix k of a model: 0 the embedding, 1 the LM head, then PROJ_COUNT slots
+ * per block (a block has only some of them: layer_projs). */
 int weights_matrix_count(const Dims *d) { return 2 + PROJ_COUNT * d->L; }
 
 bool weights_matrix(const ModelConfig *cfg, const Dims *d, int k, char *module, size_t cap, int *rows, int *cols) {
     if (k < 2) {
-        model_module_name(cfg, module, cap, "%s", k == 0 ? "model.embed_tokens" : "lm_head");
+        if (k == 0) hf_embed_module(cfg, module, cap);
+        else hf_head_module(cfg, module, cap);
         *rows = d->V;
         *cols = d->C;
-        return true;
+        return k == 0 || !cfg->tie_word_embeddings;
     }
     int l = (k - 2) / PROJ_COUNT;
     int p = (k - 2) % PROJ_COUNT;
     if (!(layer_projs(cfg, l) >> p & 1u)) return false;
-    model_module_name(cfg, module, cap, "model.layers.%d.%s", l, PROJ_KEYS[p]);
+    layer_name(module, cap, cfg->prefix, l, PROJ_KEYS[p]);
     proj_shape(d, p, cols, rows);
     return true;
 }
@@ -69,7 +70,6 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
     ws->bits_min = 32;
     DType plain = DTYPE_COUNT, scales = DTYPE_COUNT;
     for (int k = 0; k < weights_matrix_count(&d); k++) {
-        if (k == 1 && cfg->tie_word_embeddings) continue;
         char module[160];
         int rows, cols;
         if (!weights_matrix(cfg, &d, k, module, sizeof module, &rows, &cols)) continue;
@@ -111,7 +111,8 @@ int model_weights_summary(const char *model_dir, const ModelConfig *cfg, Weights
         quant_config_free(&qc);
         return -1;
     }
-    ModelConfig *rcfg = mem_alloc(sizeof *rcfg);   /* where a Qwen3.5 directory keeps its text weights */
+    /* where the text weights sit (a multimodal gemma3's or a Qwen3.5 directory's prefix) */
+    ModelConfig *rcfg = mem_alloc(sizeof *rcfg);
     rc = rcfg ? 0 : -1;
     if (rc == 0) {
         *rcfg = *cfg;

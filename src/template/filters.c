@@ -530,6 +530,15 @@ static int filter_string(Ctx *c, const Node *at, const char *name, Value x, Args
     (void)a;
     (void)name;
     if (x.k == V_UNDEF) return ret_str(c, at, "", 0, out);
+    /* a dict or a list prints as Python's repr(), as in transformers' Jinja2 */
+    if (x.k == V_JSON && (json_is_object(x.j) || json_is_array(x.j))) {
+        Buf b = {0};
+        if (v_to_python_repr(&b, x.j) < 0) {
+            mem_free(b.s);
+            return rt_error(c, at, "out of memory");
+        }
+        return ret_buf(c, at, &b, out);
+    }
     return to_string_value(c, at, x, out);
 }
 

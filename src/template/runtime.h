@@ -68,6 +68,10 @@ int buf_put(Buf *b, const char *s, size_t n);
 int buf_str(Buf *b, const char *s);
 /* The string form (what {{ }} prints, ~ and + concatenate). */
 int v_to_string(Buf *b, Value v);
+/* Python's repr() of a JSON value: what `x | string` gives a dict or a list in
+ * transformers' Jinja2 ({'name': 'f', 'n': 1.0, 'ok': True}), where
+ * @huggingface/jinja has no string filter for objects (SmolLM3's xml_tools). */
+int v_to_python_repr(Buf *b, json_t *j);
 /* JSON text as @huggingface/jinja's toJSON writes it. indent <= 0: one line. */
 typedef struct { int indent; bool ensure_ascii; bool sort_keys; const char *item_sep, *key_sep; } JsonStyle;
 int json_write(Buf *b, json_t *j, const JsonStyle *st, int depth);

@@ -193,6 +193,86 @@ int real_to_string(char *out, size_t cap, double x, bool python_float) {
     return (int)strlen(out);
 }
 
+/* Python's repr() of a float: shortest round-trip digits, fixed notation for
+ * exponents in [-4, 16), else d.dddde+XX (two-digit exponents, unlike JavaScript). */
+static int py_float(char *out, size_t cap, double x) {
+    if (isnan(x)) return snprintf(out, cap, "nan");
+    if (isinf(x)) return snprintf(out, cap, x > 0 ? "inf" : "-inf");
+    if (x == floor(x) && fabs(x) < 1e16) return snprintf(out, cap, "%.1f", x);
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, x);
+        if (strtod(out, NULL) == x) break;
+    }
+    return (int)strlen(out);
+}
+
+/* Python's repr() of a string: single quotes unless the text has a single
+ * quote and no double quote; backslash, the quote, \t \n \r and other C0/C1
+ * controls and DEL escaped; the other code points kept (Python also escapes
+ * the non-printable ones, e.g. U+00A0: escaped here are the common ones, the
+ * format and separator characters of the JavaScript whitespace set). */
+static int py_str(Buf *b, const char *s, size_t n) {
+    char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+    if (buf_put(b, &q, 1) < 0) return -1;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t next = utf8_next(s, n, i);
+        uint32_t cp = c;
+        if (c >= 0x80 && next - i == 2) cp = (uint32_t)(c & 0x1f) << 6 | ((unsigned char)s[i + 1] & 0x3f);
+        if (c >= 0x80 && next - i == 3)
+            cp = (uint32_t)(c & 0x0f) << 12 | (uint32_t)((unsigned char)s[i + 1] & 0x3f) << 6 |
+                 ((unsigned char)s[i + 2] & 0x3f);
+        char esc[16] = "";
+        if (c == '\\' || c == (unsigned char)q) snprintf(esc, sizeof esc, "\\%c", c);
+        else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
+        else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
+        else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
+        else if (cp < 0x20 || (cp >= 0x7f && cp <= 0xa0) || cp == 0xad) snprintf(esc, sizeof esc, "\\x%02x", cp);
+        else if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202f) ||
+                 (cp >= 0x205f && cp <= 0x2064) || cp == 0x3000 || cp == 0xfeff)
+            snprintf(esc, sizeof esc, "\\u%04x", cp);
+        int rc = esc[0] ? buf_str(b, esc) : buf_put(b, s + i, next - i);
+        if (rc < 0) return -1;
+        i = next;
+    }
+    return buf_put(b, &q, 1);
+}
+
+int v_to_python_repr(Buf *b, json_t *j) {
+    char num[64];
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        if (buf_str(b, "{") < 0) return -1;
+        const char *k;
+        json_t *v;
+        bool first = true;
+        json_object_foreach(j, k, v) {
+            if (!first && buf_str(b, ", ") < 0) return -1;
+            first = false;
+            if (py_str(b, k, strlen(k)) < 0 || buf_str(b, ": ") < 0 || v_to_python_repr(b, v) < 0) return -1;
+        }
+        return buf_str(b, "}");
+    }
+    case JSON_ARRAY:
+        if (buf_str(b, "[") < 0) return -1;
+        for (size_t i = 0; i < json_array_size(j); i++) {
+            if (i && buf_str(b, ", ") < 0) return -1;
+            if (v_to_python_repr(b, json_array_get(j, i)) < 0) return -1;
+        }
+        return buf_str(b, "]");
+    case JSON_STRING: return py_str(b, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(j));
+        return buf_str(b, num);
+    case JSON_REAL:
+        py_float(num, sizeof num, json_real_value(j));
+        return buf_str(b, num);
+    case JSON_TRUE: return buf_str(b, "True");
+    case JSON_FALSE: return buf_str(b, "False");
+    default: return buf_str(b, "None");
+    }
+}
+
 /* ---------------------------------------------------------------- UTF-8 */
 
 

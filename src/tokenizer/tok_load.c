@@ -354,14 +354,17 @@ static int parse_model(const Ctx *c, json_t *root) {
     size_t n_vocab = json_object_size(vocab), n_added = json_is_array(added) ? json_array_size(added) : 0;
     if (n_vocab == 0) return error_set("%s: model.vocab: empty", c->path);
     if (n_vocab + n_added > MAX_VOCAB) return error_set("%s: model.vocab: %zu tokens is more than the %d supported", c->path, n_vocab + n_added, MAX_VOCAB);
-    /* Sizes first: ids of the model vocab, then of added tokens. */
+    /* Sizes first: ids of the model vocab, then of added tokens. Ids need
+     * not be contiguous (HF's vocab is a map: the gpt-4o / Phi-4 file keeps
+     * its special tokens at 200018 and up with unused ids below); the id
+     * table is sized by the largest, and decode refuses the holes. */
     long long max_id = -1;
     const char *key; json_t *val;
     json_object_foreach(vocab, key, val) {
         if (!json_is_integer(val)) return error_set("%s: model.vocab[\"%s\"]: id is not an integer", c->path, key);
         long long id = json_integer_value(val);
-        if (id < 0 || id >= (long long)(n_vocab + n_added))
-            return error_set("%s: model.vocab[\"%s\"]: id %lld is outside [0, %zu) (the vocab has %zu tokens)", c->path, key, id, n_vocab + n_added, n_vocab);
+        if (id < 0 || id >= MAX_VOCAB)
+            return error_set("%s: model.vocab[\"%s\"]: id %lld is outside [0, %d)", c->path, key, id, MAX_VOCAB);
         if (id > max_id) max_id = id;
     }
     for (size_t i = 0; i < n_added; i++) {
@@ -369,8 +372,8 @@ static int parse_model(const Ctx *c, json_t *root) {
         json_t *id = json_is_object(a) ? json_object_get(a, "id") : NULL;
         if (!json_is_integer(id)) return error_set("%s: added_tokens[%zu].id: missing or not an integer", c->path, i);
         long long v = json_integer_value(id);
-        if (v < 0 || v >= (long long)(n_vocab + n_added))
-            return error_set("%s: added_tokens[%zu].id: %lld is >= the vocab size (%zu tokens + %zu added tokens)", c->path, i, v, n_vocab, n_added);
+        if (v < 0 || v >= MAX_VOCAB)
+            return error_set("%s: added_tokens[%zu].id: %lld is outside [0, %d)", c->path, i, v, MAX_VOCAB);
         if (v > max_id) max_id = v;
     }
     t->vocab_size = (int32_t)(max_id + 1);

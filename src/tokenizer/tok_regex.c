@@ -4,14 +4,25 @@
  * (PCRE's Unicode \s also has U+0085 and lacks U+FEFF), and the
  * case-insensitive contraction group becomes explicit letter classes (PCRE's
  * caseless matching would also take U+017F for 's' and U+212A for 'k').
- * \p{L} and \p{N} also get the letters and digits Unicode assigned after the
- * version PCRE2 knows (tok_regex_tables.c), as Node's newer tables have them. */
+ * \p{L}, \p{N} and the letter and mark subcategories (\p{Lu}, \p{Ll}, \p{Lt},
+ * \p{Lm}, \p{Lo}, \p{M}: the gpt-4o / Phi-4 pattern) also get the code points
+ * Unicode assigned after the version PCRE2 knows (tok_regex_tables.c), as
+ * Node's newer tables have them. */
 #include "tokenizer/tok_internal.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include <string.h>
 
-extern const char tok_js_extra_letters[], tok_js_extra_numbers[];
+/* The extra ranges of the category named at p (after "\\p{", up to "}"), or NULL. */
+static const char *js_extra(const char *p, size_t *name_len) {
+    const char *end = strchr(p, '}');
+    if (!end) return NULL;
+    *name_len = (size_t)(end - p);
+    for (int k = 0; k < tok_js_extra_count; k++)
+        if (strlen(tok_js_extra[k].name) == *name_len && !strncmp(tok_js_extra[k].name, p, *name_len))
+            return tok_js_extra[k].ranges;
+    return NULL;
+}
 
 #define JS_SPACES "\\t-\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
 
@@ -43,15 +54,17 @@ static char *rewrite_for_js(const char *pat) {
         if (c == '\\' && i + 1 < len) {
             char e = pat[i + 1];
             int rc;
-            if ((e == 'p') && i + 4 < len && (pat[i + 3] == 'L' || pat[i + 3] == 'N') && pat[i + 2] == '{' && pat[i + 4] == '}') {
-                const char *extra = pat[i + 3] == 'L' ? tok_js_extra_letters : tok_js_extra_numbers;
+            size_t nl = 0;
+            const char *extra = e == 'p' && i + 2 < len && pat[i + 2] == '{' ? js_extra(pat + i + 3, &nl) : NULL;
+            if (extra) {
+                size_t whole = nl + 4;   /* \p{name} */
                 rc = 0;
                 if (!in_class) rc = buf_add(&b, &n, &cap, "[", 1);
-                if (rc == 0) rc = buf_add(&b, &n, &cap, pat + i, 5);
+                if (rc == 0) rc = buf_add(&b, &n, &cap, pat + i, whole);
                 if (rc == 0) rc = buf_add(&b, &n, &cap, extra, strlen(extra));
                 if (rc == 0 && !in_class) rc = buf_add(&b, &n, &cap, "]", 1);
                 if (rc < 0) goto fail;
-                i += 5;
+                i += whole;
                 continue;
             }
             if (e == 's') rc = in_class ? buf_add(&b, &n, &cap, JS_SPACES, strlen(JS_SPACES))

@@ -2,7 +2,8 @@
  * tests/ref/data: (1) generation with the KV cache: model_decode's logits of
  * a prompt equal model_logits' last row (1e-5 relative) and, fed the
  * reference tokens one by one, follow the reference logits (their argmax
- * is the greedy pick at every position); a greedy continuation computed with
+ * is the greedy pick at every position; with longrope, from the positions
+ * where the prefix is long enough to use the reference's factors); a greedy continuation computed with
  * the cache equals the argmax of full recomputation; (2) fuse: the fused
  * directory gives the same logits (1e-4 relative) and the same greedy tokens
  * as base + adapter, for LoRA and DoRA on fp32 bases and, looser, a bf16
@@ -16,6 +17,7 @@
 #include "model/adapter_io.h"
 #include "model/fuse.h"
 #include "model/sampler.h"
+#include "model/gguf_export.h"
 #include <math.h>
 
 static char tmp[256];
@@ -150,8 +152,14 @@ static void check_decode(const RefCase *rc) {
     /* teacher-forced: one token at a time, against the reference row */
     double worst_ref = 0, worst_rms = 0;
     int argmax_agree = 0, argmax_total = 0;
+    /* longrope picks its factors by the sequence's length: the reference
+     * (length T) and a decoded prefix of at most original_max_position
+     * positions use different factors, so only longer prefixes compare */
+    const RopeScaling *rs = &rc->cfg.rope_scaling;
+    int first = rs->type == ROPE_SCALING_LONGROPE && T > rs->original_max_position ? rs->original_max_position : 0;
     for (int j = k - 1; j < len - 1; j++) {
         if (j >= k) CHECK(model_decode(m, &tokens[j], 1, j, lg) == 0);
+        if (j < first) continue;
         const float *r = ref + (size_t)j * V;
         double e = rel_error(lg, r, V), s = rms_rel(lg, r, V);
         if (e > worst_ref) worst_ref = e;
@@ -313,6 +321,72 @@ static void check_peft(void) {
     st_close(&ex); st_close(&pf);
 }
 
+/* (4) PEFT exports of the new families' adapters: phi3's fused
+ * projections under their own keys (target_modules qkv_proj, gate_up_proj)
+ * and the multimodal gemma3's weight prefix in the PEFT names. Every PEFT
+ * tensor is the transposed MLX tensor. Their GGUF export is refused (no
+ * llama.cpp names for these families yet) with an error naming the type,
+ * and writes no file. */
+static void check_family_exports(const char *name, const char *peft_prefix, const char *model_type, int n_targets,
+                                 const char *target) {
+    char dir[600], adir[700], pdir[700], gpath[700], p[900];
+    snprintf(dir, sizeof dir, "tests/ref/data/%s", name);
+    RefCase rc;
+    if (refcase_read(&rc, dir, name) < 0) {
+        CHECK_MSG(0, "%s", error_message());
+        return;
+    }
+    snprintf(adir, sizeof adir, "%s/%s_export_adapter", tmp, name);
+    snprintf(pdir, sizeof pdir, "%s/%s_peft", tmp, name);
+    snprintf(gpath, sizeof gpath, "%s/%s.gguf", tmp, name);
+    CHECK(write_adapter_dir(&rc, adir, false) == 0);
+    CHECK_MSG(export_peft(rc.dir, adir, pdir) == 0, "%s", error_message());
+    CHECK(gguf_export_adapter(rc.dir, adir, gpath) < 0);
+    char want[96];
+    snprintf(want, sizeof want, "model_type \"%s\" has no GGUF export", model_type);
+    CHECK_MSG(strstr(error_message(), want) != NULL, "%s: GGUF refusal: %s", name, error_message());
+    CHECK_MSG(!file_exists(gpath), "%s: a refused GGUF export left %s", name, gpath);
+    StFile ad, pf;
+    snprintf(p, sizeof p, "%s/adapters.safetensors", adir);
+    CHECK(st_open(&ad, p) == 0);
+    snprintf(p, sizeof p, "%s/adapter_model.safetensors", pdir);
+    CHECK(st_open(&pf, p) == 0);
+    int pairs = 0, bad = 0;
+    for (size_t i = 0; i < ad.n_tensors; i++) {
+        const StTensor *a = &ad.tensors[i];
+        size_t len = strlen(a->name);
+        if (len < 7 || strcmp(a->name + len - 7, ".lora_a")) continue;
+        const char *rest = strstr(a->name, "layers.");
+        char pn[300];
+        snprintf(pn, sizeof pn, "base_model.model.%s%.*s.lora_A.weight", peft_prefix, (int)(len - 7 - (rest - a->name)),
+                 rest);
+        const StTensor *t = st_find(&pf, pn);
+        CHECK_MSG(t != NULL, "%s: PEFT export lacks %s", name, pn);
+        if (!t) continue;
+        pairs++;
+        int64_t in = a->shape[0], r = a->shape[1];
+        bool same = t->ndim == 2 && t->shape[0] == r && t->shape[1] == in;
+        for (int64_t x = 0; same && x < in; x++)
+            for (int64_t k = 0; k < r; k++)
+                same &= ((const float *)t->data)[k * in + x] == ((const float *)a->data)[x * r + k];
+        bad += !same;
+    }
+    CHECK_MSG(pairs > 0 && bad == 0, "%s: %d PEFT lora_A tensors, %d differ from the MLX lora_a", name, pairs, bad);
+    snprintf(p, sizeof p, "%s/adapter_config.json", pdir);
+    json_error_t je;
+    json_t *got = json_load_file(p, 0, &je);
+    json_t *tm = json_object_get(got, "target_modules");
+    bool has = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(tm, i, v) has |= !strcmp(json_string_value(v), target);
+    CHECK_MSG((int)json_array_size(tm) == n_targets && has, "%s: target_modules", name);
+    json_decref(got);
+    printf("exports %-22s PEFT %d pairs under %s; GGUF refused\n", name, pairs, peft_prefix);
+    st_close(&ad);
+    st_close(&pf);
+}
+
 int main(void) {
     strcpy(tmp, "/tmp/lmtune-lifecycle-XXXXXX");
     if (!mkdtemp(tmp)) return 1;
@@ -332,6 +406,9 @@ int main(void) {
         }
     }
     check_peft();
+    check_family_exports("phi3_longrope_lora", "model.", "phi3", 4, "gate_up_proj");
+    check_family_exports("gemma3_mm_lora", "language_model.model.", "gemma3", 4, "o_proj");
+    check_family_exports("smollm3_nope_lora", "model.", "smollm3", 7, "down_proj");
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0) return 1;

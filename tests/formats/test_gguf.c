@@ -263,8 +263,8 @@ static void round_trip(void) {
 }
 
 static void model_config(void) {
-    ModelConfig c = {0};
-    snprintf(c.model_type, sizeof c.model_type, "llama");
+    ModelConfig c;
+    hf_config_init(&c, "llama");
     c.hidden_size = 64;
     c.intermediate_size = 96;
     c.num_hidden_layers = 1;
@@ -320,8 +320,8 @@ static void model_config(void) {
     float s1[40 * 8];
     float c2[40 * 8];
     float s2[40 * 8];
-    rope_tables(c1, s1, 40, 16, c.rope_theta, &c.rope_scaling);
-    rope_tables(c2, s2, 40, 16, r.rope_theta, &r.rope_scaling);
+    rope_tables(c1, s1, 40, 16, c.rope_theta, &c.rope_scaling, false);
+    rope_tables(c2, s2, 40, 16, r.rope_theta, &r.rope_scaling, false);
     double worst = 0;
     for (int i = 0; i < 40 * 8; i++) worst = fmax(worst, fmax(fabs(c1[i] - c2[i]), fabs(s1[i] - s2[i])));
     printf("worst RoPE table difference, rope_freqs vs llama3 parameters: %.3g\n", worst);

@@ -7,6 +7,8 @@
 #include "base/error.h"
 #include "base/fileio.h"
 #include "formats/hf_config.h"
+#include "model/model.h"
+#include <math.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -122,12 +124,128 @@ static void test_families(void) {
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "null") == 0 && c.rope_scaling.type == ROPE_SCALING_NONE);
 }
 
+/* The new families: what each config says about the block and its layers. */
+static void test_new_families(void) {
+    ModelConfig c;
+    /* gemma3_text with the hub's fields (gemma-3-1b): pattern 6, two RoPE bases */
+    const char *g3 =
+        "{\"model_type\":\"gemma3_text\",\"hidden_size\":1152,\"intermediate_size\":6912,\"num_hidden_layers\":26,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":1,\"head_dim\":256,\"vocab_size\":262144,"
+        "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0,\"sliding_window\":512,"
+        "\"sliding_window_pattern\":6,\"query_pre_attn_scalar\":256,\"hidden_activation\":\"gelu_pytorch_tanh\","
+        "\"max_position_embeddings\":32768,\"rope_scaling\":null,\"final_logit_softcapping\":null,"
+        "\"attn_logit_softcapping\":null,\"bos_token_id\":2,\"eos_token_id\":[1,106],\"torch_dtype\":\"bfloat16\"}";
+    CHECK(parse(&c, g3) == 0);
+    CHECK(c.norm_plus_one && c.sandwich_norms && c.qk_norm && c.embed_scale && !c.fused_qkv && !c.fused_gate_up);
+    CHECK(c.hidden_act == HIDDEN_ACT_GELU_TANH && c.tie_word_embeddings && c.head_dim == 256);
+    CHECK(c.query_pre_attn_scalar == 256 && c.attn_softcap == 0 && c.final_softcap == 0);
+    CHECK(c.rope_theta == 1e6 && c.rope_local_theta == 1e4 && c.sliding_window == 512);
+    int full = 0;
+    for (int i = 0; i < 26; i++) full += !(c.layer_flags[i] & LAYER_SLIDING);
+    CHECK(full == 4 && !(c.layer_flags[5] & LAYER_SLIDING) && (c.layer_flags[4] & LAYER_SLIDING) &&
+          !(c.layer_flags[23] & LAYER_SLIDING) && (c.layer_flags[25] & LAYER_SLIDING));
+    CHECK_NEAR(hf_attention_scale(&c), 1.0 / 16.0, 1e-9);
+    CHECK(strcmp(c.prefix, "model.") == 0 && strcmp(c.adapter_prefix, "model.") == 0);
+    /* layer_types wins over the pattern; rope_scaling applies to the full layers */
+    CHECK(parse_with(&c, "{\"model_type\":\"gemma3_text\",\"hidden_size\":64,\"intermediate_size\":96,"
+                         "\"num_hidden_layers\":3,\"sliding_window\":8,\"rope_scaling\":{\"rope_type\":\"linear\","
+                         "\"factor\":8.0}}", "layer_types",
+                     "[\"full_attention\",\"sliding_attention\",\"full_attention\"]") == 0);
+    CHECK(c.layer_flags[0] == 0 && c.layer_flags[1] == LAYER_SLIDING && c.layer_flags[2] == 0);
+    CHECK(c.rope_scaling.type == ROPE_SCALING_LINEAR && c.rope_scaling.factor == 8.0);
+    /* gemma defaults (transformers' Gemma3TextConfig): 8 heads of 256, 4 kv heads, eps 1e-6 */
+    CHECK(c.num_attention_heads == 8 && c.num_key_value_heads == 4 && c.head_dim == 256 && c.rms_norm_eps == 1e-6f);
+    CHECK(parse_with(&c, g3, "layer_types", "[\"sliding_attention\"]") == -1);
+    CHECK_ERROR_CONTAINS("field \"layer_types\" has 1 entries for 26 layers");
+    CHECK(parse_with(&c, g3, "hidden_activation", "\"silu\"") == -1);
+    CHECK_ERROR_CONTAINS("field \"hidden_activation\" must be \"gelu_pytorch_tanh\"");
+    CHECK(parse_with(&c, g3, "use_bidirectional_attention", "true") == -1);
+    CHECK_ERROR_CONTAINS("use_bidirectional_attention");
+    CHECK(parse_with(&c, g3, "attention_bias", "true") == -1);
+    CHECK_ERROR_CONTAINS("\"attention_bias\" true is not supported for gemma3_text");
+    /* transformers 5's rope_parameters per layer type */
+    CHECK(parse_with(&c, g3, "rope_parameters",
+                     "{\"full_attention\":{\"rope_type\":\"linear\",\"factor\":4.0,\"rope_theta\":500000.0},"
+                     "\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":20000.0}}") == 0);
+    CHECK(c.rope_theta == 500000.0 && c.rope_local_theta == 20000.0 && c.rope_scaling.type == ROPE_SCALING_LINEAR &&
+          c.rope_scaling.factor == 4.0);
+    /* multimodal gemma3: text_config nested, weights under language_model */
+    const char *mm = "{\"model_type\":\"gemma3\",\"text_config\":{\"hidden_size\":2560,\"intermediate_size\":10240,"
+                     "\"model_type\":\"gemma3_text\",\"num_hidden_layers\":34,\"rope_scaling\":{\"factor\":8.0,"
+                     "\"rope_type\":\"linear\"},\"sliding_window\":1024},\"vision_config\":{\"hidden_size\":1152},"
+                     "\"eos_token_id\":[1,106],\"torch_dtype\":\"bfloat16\"}";
+    CHECK(parse(&c, mm) == 0);
+    CHECK(strcmp(c.model_type, "gemma3") == 0 && c.hidden_size == 2560 && c.num_hidden_layers == 34);
+    CHECK(c.num_attention_heads == 8 && c.num_key_value_heads == 4 && c.vocab_size == 262208);
+    CHECK(c.tie_word_embeddings && c.n_eos == 2 && c.torch_dtype == DTYPE_BF16 && c.sliding_window == 1024);
+    CHECK(strcmp(c.prefix, "language_model.model.") == 0 && strcmp(c.adapter_prefix, "language_model.model.") == 0);
+    CHECK(strcmp(c.head_name, "language_model.lm_head.weight") == 0);
+    CHECK(parse_with(&c, mm, "text_config", NULL) == -1);
+    CHECK_ERROR_CONTAINS("missing field \"text_config\"");
+    CHECK(parse_with(&c, mm, "text_config", "{\"hidden_size\":-3}") == -1);
+    CHECK_ERROR_CONTAINS("config.json: text_config: field \"hidden_size\" is -3 but must be positive");
+    /* gemma2: soft-capping, every other layer slides */
+    const char *g2 = "{\"model_type\":\"gemma2\",\"hidden_size\":2304,\"intermediate_size\":9216,\"num_hidden_layers\":26,"
+                     "\"num_attention_heads\":8,\"num_key_value_heads\":4,\"head_dim\":256,\"vocab_size\":256000,"
+                     "\"rms_norm_eps\":1e-06,\"query_pre_attn_scalar\":256,\"sliding_window\":4096,"
+                     "\"attn_logit_softcapping\":50.0,\"final_logit_softcapping\":30.0}";
+    CHECK(parse(&c, g2) == 0);
+    CHECK(c.attn_softcap == 50.0 && c.final_softcap == 30.0 && !c.qk_norm && c.rope_local_theta == 0);
+    CHECK((c.layer_flags[0] & LAYER_SLIDING) && !(c.layer_flags[1] & LAYER_SLIDING) && c.sliding_window == 4096);
+    CHECK(parse_with(&c, g2, "final_logit_softcapping", "null") == 0 && c.final_softcap == 0);
+    /* phi3 / Phi-4-mini: fused projections, partial rotary, longrope */
+    char factors[2][512];
+    for (int w = 0; w < 2; w++) {
+        size_t k = 0;
+        k += (size_t)snprintf(factors[w] + k, sizeof factors[w] - k, "[");
+        for (int i = 0; i < 48; i++)
+            k += (size_t)snprintf(factors[w] + k, sizeof factors[w] - k, "%s%g", i ? "," : "", w ? 1.0 + i : 1.0);
+        snprintf(factors[w] + k, sizeof factors[w] - k, "]");
+    }
+    char phi[2048];
+    snprintf(phi, sizeof phi,
+             "{\"model_type\":\"phi3\",\"hidden_size\":3072,\"intermediate_size\":8192,\"num_hidden_layers\":32,"
+             "\"num_attention_heads\":24,\"num_key_value_heads\":8,\"vocab_size\":200064,\"rms_norm_eps\":1e-05,"
+             "\"max_position_embeddings\":131072,\"original_max_position_embeddings\":4096,"
+             "\"partial_rotary_factor\":0.75,\"sliding_window\":262144,\"tie_word_embeddings\":true,"
+             "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":%s,\"long_factor\":%s}}",
+             factors[0], factors[1]);
+    CHECK(parse(&c, phi) == 0);
+    CHECK(c.fused_qkv && c.fused_gate_up && c.head_dim == 128 && c.rotary_dim == 96 && !c.norm_plus_one);
+    CHECK(c.rope_scaling.type == ROPE_SCALING_LONGROPE && c.rope_scaling.n_factors == 48 &&
+          c.rope_scaling.original_max_position == 4096 && c.rope_scaling.long_factor[47] == 48.0f);
+    CHECK_NEAR(c.rope_scaling.attention_factor, sqrt(1.0 + log(32.0) / log(4096.0)), 1e-12);
+    CHECK((c.layer_flags[0] & LAYER_SLIDING) && (c.layer_flags[31] & LAYER_SLIDING) && c.sliding_window == 262144);
+    CHECK(parse_with(&c, phi, "partial_rotary_factor", "0.5") == -1);
+    CHECK_ERROR_CONTAINS("has 48 factors but the rotary dims need 32");
+    CHECK(parse_with(&c, phi, "partial_rotary_factor", "0.003") == -1);
+    CHECK_ERROR_CONTAINS("partial_rotary_factor 0.003 gives 0 rotary dims");
+    /* smollm3: NoPE layers from the list or the interval */
+    const char *sm = "{\"model_type\":\"smollm3\",\"hidden_size\":2048,\"intermediate_size\":11008,"
+                     "\"num_hidden_layers\":8,\"num_attention_heads\":16,\"num_key_value_heads\":4,"
+                     "\"vocab_size\":128256,\"rope_theta\":5000000.0}";
+    CHECK(parse(&c, sm) == 0);
+    CHECK(c.tie_word_embeddings && c.rms_norm_eps == 1e-6f && c.sliding_window == 0);
+    CHECK(c.layer_flags[3] == LAYER_NOPE && c.layer_flags[7] == LAYER_NOPE && c.layer_flags[0] == 0);
+    CHECK(parse_with(&c, sm, "no_rope_layers", "[1,0,1,1,1,1,1,0]") == 0);
+    CHECK(c.layer_flags[1] == LAYER_NOPE && c.layer_flags[3] == 0 && c.layer_flags[7] == LAYER_NOPE);
+    CHECK(parse_with(&c, sm, "no_rope_layers", "[1,0,2,1,1,1,1,0]") == -1);
+    CHECK_ERROR_CONTAINS("\"no_rope_layers\" entry 2 must be 0 or 1");
+    CHECK(parse_with(&c, sm, "no_rope_layers", "[1,0]") == -1);
+    CHECK_ERROR_CONTAINS("at least 8 zeros and ones");
+    /* qwen2's window starts at max_window_layers; mistral's covers every layer */
+    CHECK(parse_with(&c, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,"
+                         "\"num_hidden_layers\":4,\"num_attention_heads\":8,\"vocab_size\":300,\"rms_norm_eps\":1e-06,"
+                         "\"use_sliding_window\":true,\"sliding_window\":16}", "max_window_layers", "2") == 0);
+    CHECK(c.layer_flags[1] == 0 && c.layer_flags[2] == LAYER_SLIDING && c.layer_flags[3] == LAYER_SLIDING);
+}
+
 static void test_errors(void) {
     ModelConfig c;
     /* model_type */
     CHECK(parse_with(&c, LLAMA, "model_type", "\"gpt2\"") == -1);
-    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported "
-                         "(supported: llama, mistral, qwen2, qwen3, qwen3_5, qwen3_5_text)");
+    CHECK_ERROR_CONTAINS("config.json: model_type \"gpt2\" is not supported (supported: llama, mistral, qwen2, qwen3, "
+                         "qwen3_5, qwen3_5_text, gemma2, gemma3_text, gemma3, phi3, smollm3)");
     CHECK(parse_with(&c, LLAMA, "model_type", "\"Llama\"") == -1);
     CHECK_ERROR_CONTAINS("model_type \"Llama\" is not supported");
     CHECK(parse_with(&c, LLAMA, "model_type", NULL) == -1);
@@ -202,7 +320,8 @@ static void test_errors(void) {
     CHECK_ERROR_CONTAINS("field \"num_hidden_layers\" is 1000000, outside");
     /* rope_scaling */
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":4.0}") == -1);
-    CHECK_ERROR_CONTAINS("config.json: rope_scaling type \"yarn\" is not supported (supported: llama3, linear)");
+    CHECK_ERROR_CONTAINS("config.json: rope_scaling type \"yarn\" is not supported "
+                         "(supported: llama3, linear, longrope)");
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"type\":\"dynamic\",\"factor\":4.0}") == -1);
     CHECK_ERROR_CONTAINS("rope_scaling type \"dynamic\" is not supported");
     CHECK(parse_with(&c, LLAMA, "rope_scaling", "{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0}") == -1);
@@ -275,7 +394,8 @@ static void test_files_and_roundtrip(void) {
         "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
         "\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":300,\"rms_norm_eps\":1e-06,\"rope_theta\":1234567.89}",
     };
-    const char *archs[] = {"LlamaForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    const char *archs[] = {"LlamaForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                           "Qwen3ForCausalLM"};
     for (int i = 0; i < 5; i++) {
         CHECK(hf_config_parse(&c, cases[i], "case") == 0);
         CHECK(hf_config_write(&c, path) == 0);
@@ -290,6 +410,20 @@ static void test_files_and_roundtrip(void) {
         json_decref(j);
         mem_free(text);
     }
+    /* every preset (each family's fields: layer types, NoPE layers, longrope
+     * factors, partial rotary, soft-capping) reads back as the same struct */
+    const char *presets[] = {"gemma-3-270m", "gemma-3-1b", "phi-4-mini", "smollm3-3b", "llama-3.2-1b", "qwen3-0.6b"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        CHECK(model_preset(presets[i], &c) == 0);
+        CHECK_MSG(hf_config_write(&c, path) == 0, "%s: %s", presets[i], error_message());
+        CHECK(hf_config_load(&back, path) == 0);
+        CHECK_MSG(memcmp(&c, &back, sizeof c) == 0, "preset %s does not round-trip", presets[i]);
+    }
+    CHECK(hf_config_parse(&c, "{\"model_type\":\"gemma2\",\"hidden_size\":32,\"intermediate_size\":64,"
+                              "\"num_hidden_layers\":3,\"vocab_size\":100,\"rms_norm_eps\":1e-06,"
+                              "\"layer_types\":[\"full_attention\",\"sliding_attention\",\"sliding_attention\"]}", "g2") == 0);
+    CHECK(hf_config_write(&c, path) == 0 && hf_config_load(&back, path) == 0);
+    CHECK(memcmp(&c, &back, sizeof c) == 0 && back.attn_softcap == 50.0 && back.layer_flags[0] == 0);
     /* shortest decimals in the file */
     CHECK(hf_config_parse(&c, cases[0], "case") == 0 && hf_config_write(&c, path) == 0);
     char *text = NULL;
@@ -318,6 +452,7 @@ static void test_files_and_roundtrip(void) {
 
 int main(void) {
     test_families();
+    test_new_families();
     test_errors();
     test_files_and_roundtrip();
     return check_finish("formats/hf_config");

@@ -74,6 +74,49 @@ static void test_specs(void) {
     CHECK(shape_is(find_spec(s, n, "model.layers.0.self_attn.q_norm.weight"), 1, 24, 0));
     CHECK(shape_is(find_spec(s, n, "model.layers.0.self_attn.k_norm.weight"), 1, 24, 0));
     mem_free(s);
+    /* gemma3_text: 1 + w norms around both halves of the block, q/k norms */
+    CHECK(hf_config_parse(&c, "{\"model_type\":\"gemma3_text\",\"hidden_size\":32,\"intermediate_size\":48,"
+                              "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+                              "\"head_dim\":16,\"vocab_size\":40}", "config.json") == 0);
+    CHECK(model_tensor_specs(&c, &s, &n) == 0);
+    CHECK(n == 2 + 2 * 13);   /* tied; 4 norms, 2 q/k norms, 7 projections per block */
+    CHECK(shape_is(find_spec(s, n, "model.layers.1.post_attention_layernorm.weight"), 1, 32, 0));
+    CHECK(shape_is(find_spec(s, n, "model.layers.1.pre_feedforward_layernorm.weight"), 1, 32, 0));
+    CHECK(shape_is(find_spec(s, n, "model.layers.1.post_feedforward_layernorm.weight"), 1, 32, 0));
+    CHECK(shape_is(find_spec(s, n, "model.layers.0.self_attn.q_norm.weight"), 1, 16, 0));
+    CHECK(shape_is(find_spec(s, n, "model.layers.0.self_attn.q_proj.weight"), 2, 32, 32));
+    CHECK(find_spec(s, n, "lm_head.weight") == NULL);
+    BlockTensor bt[BLOCK_TENSORS_MAX];
+    int nbt = block_tensors(&c, bt), roles = 0;
+    for (int j = 0; j < nbt; j++) {
+        if (!strcmp(bt[j].suffix, "post_attention_layernorm.weight")) roles += bt[j].role == BT_NORM_ATTN_OUT;
+        if (!strcmp(bt[j].suffix, "pre_feedforward_layernorm.weight")) roles += bt[j].role == BT_NORM_MLP_IN;
+    }
+    CHECK(nbt == 13 && roles == 2);
+    mem_free(s);
+    /* multimodal gemma3: under language_model.model., the head (when untied) language_model.lm_head */
+    CHECK(hf_config_parse(&c, "{\"model_type\":\"gemma3\",\"tie_word_embeddings\":false,\"text_config\":"
+                              "{\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":1,"
+                              "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":16,"
+                              "\"vocab_size\":40}}", "config.json") == 0);
+    CHECK(model_tensor_specs(&c, &s, &n) == 0);
+    CHECK(n == 3 + 13);
+    CHECK(shape_is(find_spec(s, n, "language_model.model.embed_tokens.weight"), 2, 40, 32));
+    CHECK(shape_is(find_spec(s, n, "language_model.model.layers.0.mlp.down_proj.weight"), 2, 32, 48));
+    CHECK(shape_is(find_spec(s, n, "language_model.model.norm.weight"), 1, 32, 0));
+    CHECK(shape_is(find_spec(s, n, "language_model.lm_head.weight"), 2, 40, 32));
+    mem_free(s);
+    /* phi3: fused qkv_proj (q rows, k, v) and gate_up_proj, no separate ones */
+    CHECK(hf_config_parse(&c, "{\"model_type\":\"phi3\",\"hidden_size\":48,\"intermediate_size\":64,"
+                              "\"num_hidden_layers\":1,\"num_attention_heads\":3,\"num_key_value_heads\":1,"
+                              "\"vocab_size\":40,\"rms_norm_eps\":1e-05}", "config.json") == 0);
+    CHECK(model_tensor_specs(&c, &s, &n) == 0);
+    CHECK(n == 3 + 6);
+    CHECK(shape_is(find_spec(s, n, "model.layers.0.self_attn.qkv_proj.weight"), 2, 80, 48));
+    CHECK(shape_is(find_spec(s, n, "model.layers.0.mlp.gate_up_proj.weight"), 2, 128, 48));
+    CHECK(find_spec(s, n, "model.layers.0.self_attn.q_proj.weight") == NULL);
+    CHECK(hf_block_projections(&c) == (1u << PROJ_QKV | 1u << PROJ_O | 1u << PROJ_GATE_UP | 1u << PROJ_DOWN));
+    mem_free(s);
     /* a struct that was not loaded */
     memset(&c, 0, sizeof c);
     CHECK(model_tensor_specs(&c, &s, &n) == -1 && s == NULL);
@@ -241,11 +284,55 @@ static void test_dirs(void) {
     st_model_close(&m);
 }
 
+/* A multimodal gemma3 saved by recent transformers keeps its text weights
+ * under model.language_model. (and the head at lm_head): found either way. */
+static void test_mm_prefix(void) {
+    const char *cfg = "{\"model_type\":\"gemma3\",\"text_config\":{\"hidden_size\":32,\"intermediate_size\":48,"
+                      "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":16,"
+                      "\"vocab_size\":40}}";
+    for (int layout = 0; layout < 2; layout++) {
+        char dir[300], path[400];
+        snprintf(dir, sizeof dir, "%s/mm%d", tmpdir, layout);
+        mkdir(dir, 0755);
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        FILE *fp = fopen(path, "w");
+        fputs(cfg, fp);
+        fclose(fp);
+        ModelConfig c;
+        CHECK(hf_config_load(&c, path) == 0);
+        if (layout) snprintf(c.prefix, sizeof c.prefix, "model.language_model.");
+        ModelTensorSpec *s;
+        size_t n;
+        CHECK(model_tensor_specs(&c, &s, &n) == 0);
+        StWriteTensor *w = calloc(n + 1, sizeof *w);
+        void *zeros = calloc(1, 1 << 16);
+        for (size_t i = 0; i < n; i++) {
+            w[i] = (StWriteTensor){.name = s[i].name, .dtype = DTYPE_F32, .ndim = s[i].ndim, .data = zeros};
+            memcpy(w[i].shape, s[i].shape, sizeof s[i].shape);
+        }
+        w[n] = (StWriteTensor){.name = "model.vision_tower.x", .dtype = DTYPE_F32, .ndim = 1, .shape = {4}, .data = zeros};
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        CHECK(st_write(path, w, n + 1, NULL, NULL, 0) == 0);
+        StModel m;
+        CHECK(hf_config_load(&c, strcat(strcpy(path, dir), "/config.json")) == 0);
+        CHECK(st_model_open(&m, dir, true) == 0);
+        model_tensors_detect_prefix(&c, &m);
+        CHECK(strcmp(c.prefix, layout ? "model.language_model." : "language_model.model.") == 0);
+        CHECK(strcmp(c.adapter_prefix, "language_model.model.") == 0);   /* MLX-LM's module path either way */
+        CHECK(model_check_tensors(&c, &m) == 0);
+        st_model_close(&m);
+        free(w);
+        free(zeros);
+        mem_free(s);
+    }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lt_mt_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
     test_specs();
     test_dirs();
+    test_mm_prefix();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -131,7 +131,10 @@ static bool same_bits(const float *a, const float *b, size_t n) {
     return memcmp(a, b, n * sizeof *a) == 0;
 }
 
-static void test_attention_variants(int B, int T, int H, int KVH, int D) {
+/* ap: the plain causal case, or a sliding window and soft-capped scores
+ * (Gemma 2 / 3), whose tile skipping and tanh run in both variants too. */
+static void test_attention_variants(int B, int T, int H, int KVH, int D, int window, float softcap) {
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
     size_t nq = (size_t)B * T * H * D;
     size_t nk = (size_t)B * T * KVH * D;
     size_t nl = (size_t)B * H * T;
@@ -152,18 +155,18 @@ static void test_attention_variants(int B, int T, int H, int KVH, int D) {
         dk[i] = calloc(nk, sizeof(float));
         dv[i] = calloc(nk, sizeof(float));
     }
-    attention_forward_base(out[0], lse[0], q, k, v, B, T, H, KVH, D);
-    attention_forward_avx512(out[1], lse[1], q, k, v, B, T, H, KVH, D);
-    attention_backward_base(dq[0], dk[0], dv[0], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D);
-    attention_backward_avx512(dq[1], dk[1], dv[1], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D);
+    attention_forward_base(out[0], lse[0], q, k, v, B, T, H, KVH, D, &ap);
+    attention_forward_avx512(out[1], lse[1], q, k, v, B, T, H, KVH, D, &ap);
+    attention_backward_base(dq[0], dk[0], dv[0], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
+    attention_backward_avx512(dq[1], dk[1], dv[1], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
     bool fwd = same_bits(out[0], out[1], nq) && same_bits(lse[0], lse[1], nl);
     bool bwd = same_bits(dq[0], dq[1], nq) && same_bits(dk[0], dk[1], nk) && same_bits(dv[0], dv[1], nk);
-    CHECK_MSG(fwd, "attention forward (B %d T %d H %d KVH %d D %d): variants differ, max |diff| %.3g", B, T, H, KVH,
-              D, max_abs_diff(out[0], out[1], nq));
-    CHECK_MSG(bwd, "attention backward (B %d T %d H %d KVH %d D %d): variants differ, max |diff| %.3g", B, T, H, KVH,
-              D, max_abs_diff(dq[0], dq[1], nq));
-    printf("attention B %d T %3d H %d KVH %d D %3d: forward %s, backward %s\n", B, T, H, KVH, D,
-           fwd ? "same bits" : "DIFFERENT", bwd ? "same bits" : "DIFFERENT");
+    CHECK_MSG(fwd, "attention forward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
+              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(out[0], out[1], nq));
+    CHECK_MSG(bwd, "attention backward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
+              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(dq[0], dq[1], nq));
+    printf("attention B %d T %3d H %d KVH %d D %3d window %3d cap %4g: forward %s, backward %s\n", B, T, H, KVH,
+           D, window, softcap, fwd ? "same bits" : "DIFFERENT", bwd ? "same bits" : "DIFFERENT");
     for (int i = 0; i < 2; i++) {
         free(out[i]);
         free(lse[i]);
@@ -178,7 +181,7 @@ static void test_attention_variants(int B, int T, int H, int KVH, int D) {
     free(ws);
 }
 
-static void test_lmhead_variants(DType wtype) {
+static void test_lmhead_variants(DType wtype, float softcap) {
     int N = 37;
     int C = 72;
     int V = 301;
@@ -207,12 +210,14 @@ static void test_lmhead_variants(DType wtype) {
         row_loss[i] = calloc((size_t)N, sizeof(float));
     }
     FrozenWeight fw = fw_plain(weight, wtype, V, C, wtype);
-    loss[0] = lmhead_xent_base(dinp[0], row_loss[0], inp, &fw, targets, rw, scratch, chunk, N);
-    loss[1] = lmhead_xent_avx512(dinp[1], row_loss[1], inp, &fw, targets, rw, scratch, chunk, N);
+    loss[0] = lmhead_xent_base(dinp[0], row_loss[0], inp, &fw, targets, rw, scratch, softcap, chunk, N);
+    loss[1] = lmhead_xent_avx512(dinp[1], row_loss[1], inp, &fw, targets, rw, scratch, softcap, chunk, N);
     bool same = loss[0] == loss[1] && same_bits(dinp[0], dinp[1], (size_t)N * C) &&
                 same_bits(row_loss[0], row_loss[1], (size_t)N);
-    CHECK_MSG(same, "lmhead_xent %s: variants differ (loss %.17g vs %.17g)", dtype_name(wtype), loss[0], loss[1]);
-    printf("lmhead_xent %-4s N %d C %d V %d: %s\n", dtype_name(wtype), N, C, V, same ? "same bits" : "DIFFERENT");
+    CHECK_MSG(same, "lmhead_xent %s softcap %g: variants differ (loss %.17g vs %.17g)", dtype_name(wtype), softcap,
+              loss[0], loss[1]);
+    printf("lmhead_xent %-4s N %d C %d V %d softcap %g: %s\n", dtype_name(wtype), N, C, V, softcap,
+           same ? "same bits" : "DIFFERENT");
     for (int i = 0; i < 2; i++) {
         free(dinp[i]);
         free(row_loss[i]);
@@ -413,12 +418,19 @@ int main(int argc, char **argv) {
     test_bf16_vectors();
 #if defined(LT_ISA_DISPATCH)
     if (isa_avx512()) {
-        test_attention_variants(2, 100, 4, 2, 24);
-        test_attention_variants(1, 128, 2, 2, 64);
-        test_attention_variants(1, 70, 6, 3, 80);
-        test_lmhead_variants(DTYPE_F32);
+        test_attention_variants(2, 100, 4, 2, 24, 0, 0.0f);
+        test_attention_variants(1, 128, 2, 2, 64, 0, 0.0f);
+        test_attention_variants(1, 70, 6, 3, 80, 0, 0.0f);
+        /* windows shorter than a tile and across tiles (tiles skipped), soft-capping, both */
+        test_attention_variants(1, 200, 4, 2, 64, 37, 0.0f);
+        test_attention_variants(2, 150, 2, 1, 24, 5, 0.0f);
+        test_attention_variants(1, 130, 4, 2, 32, 0, 2.5f);
+        test_attention_variants(1, 190, 2, 1, 256, 70, 3.0f);
+        test_lmhead_variants(DTYPE_F32, 0.0f);
+        test_lmhead_variants(DTYPE_F32, 4.0f);
         if (matmul_bf16_supported()) {
-            test_lmhead_variants(DTYPE_BF16);
+            test_lmhead_variants(DTYPE_BF16, 0.0f);
+            test_lmhead_variants(DTYPE_BF16, 4.0f);
         }
         test_affine_all();
         test_gated_delta_variants(2, 100, 2, 4, 32, 64, 16);

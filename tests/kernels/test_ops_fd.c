@@ -1,10 +1,13 @@
 /* test_ops_fd.c: every backward of the kernels against central finite
  * differences of a scalar objective L = sum(out * probe) (forward in float,
  * L in double), and every forward against a naive reference: attention with
- * the full (T x T) softmax, RoPE against the direct formula (llama3 scaling
- * against inv_freq values computed with HF's formula in PyTorch), LM head +
- * cross-entropy against plain logits, bf16 paths against bf16-rounded
- * references. Prints one `worst` line per kernel. */
+ * the full (T x T) softmax (with a sliding window, a score scale and tanh
+ * soft-capping too), RoPE against the direct formula (llama3 scaling
+ * against inv_freq values computed with HF's formula in PyTorch; partial
+ * rotary and longrope tables against their definitions), RMSNorm with the
+ * Gemma 1 + w weights, SwiGLU and GeGLU (tanh GELU) on strided rows, LM
+ * head + cross-entropy (also soft-capped) against plain logits, bf16 paths
+ * against bf16-rounded references. Prints one `worst` line per kernel. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,39 +98,95 @@ static void test_embedding(void) {
 }
 
 /* ---------------- rmsnorm ---------------- */
-typedef struct { float *out, *rstd, *inp, *w, *probe; int N, C; float eps; } RmsCtx;
-static double rms_obj(void *p) { RmsCtx *c = p; rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->eps, c->N, c->C); return dot(c->out, c->probe, (size_t)c->N * c->C); }
-static void test_rmsnorm(void) {
-    RmsCtx c = {.N = 6, .C = 37, .eps = 1e-5f};
+typedef struct { float *out, *rstd, *inp, *w, *probe; int N, C; float eps, off; } RmsCtx;
+static double rms_obj(void *p) {
+    RmsCtx *c = p;
+    rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->off, c->eps, c->N, c->C);
+    return dot(c->out, c->probe, (size_t)c->N * c->C);
+}
+/* w_off 0 (llama) and 1 (gemma: the weight is used as 1 + w) */
+static void test_rmsnorm(float off) {
+    RmsCtx c = {.N = 6, .C = 37, .eps = 1e-5f, .off = off};
     size_t n = (size_t)c.N * c.C;
     c.inp = rand_vec(n, 1); c.w = rand_vec(c.C, 1); c.probe = rand_vec(n, 1); c.out = zeros(n); c.rstd = zeros(c.N);
     rms_obj(&c);
     double ef = 0;
     for (int r = 0; r < c.N; r++) {
-        double ss = 0; for (int j = 0; j < c.C; j++) ss += (double)c.inp[r * c.C + j] * c.inp[r * c.C + j];
+        double ss = 0;
+        for (int j = 0; j < c.C; j++) ss += (double)c.inp[r * c.C + j] * c.inp[r * c.C + j];
         double rs = 1.0 / sqrt(ss / c.C + c.eps);
-        for (int j = 0; j < c.C; j++) ef = max2(ef, fabs(c.out[r * c.C + j] - c.inp[r * c.C + j] * rs * c.w[j]));
+        for (int j = 0; j < c.C; j++)
+            ef = max2(ef, fabs(c.out[r * c.C + j] - c.inp[r * c.C + j] * rs * ((double)c.w[j] + off)));
     }
     CHECK(ef < 1e-5);
     float *dinp = zeros(n), *dw = zeros(c.C);
-    rmsnorm_backward(dinp, dw, c.probe, c.inp, c.w, c.rstd, c.N, c.C);
+    rmsnorm_backward(dinp, dw, c.probe, c.inp, c.w, c.off, c.rstd, c.N, c.C);
     double e = fd_check("rmsnorm dinp", c.inp, n, dinp, rms_obj, &c, 1e-3, n);
     e = max2(e, fd_check("rmsnorm dweight", c.w, c.C, dw, rms_obj, &c, 1e-3, c.C));
     /* dweight NULL (frozen) leaves dinp the same */
     float *dinp2 = zeros(n);
-    rmsnorm_backward(dinp2, NULL, c.probe, c.inp, c.w, c.rstd, c.N, c.C);
+    rmsnorm_backward(dinp2, NULL, c.probe, c.inp, c.w, c.off, c.rstd, c.N, c.C);
     CHECK(max_abs_diff(dinp, dinp2, n) == 0);
-    printf("worst rmsnorm rel err %.3g (forward abs err %.3g)\n", e, ef);
+    printf("worst rmsnorm (weight + %g) rel err %.3g (forward abs err %.3g)\n", off, e, ef);
     free(c.inp); free(c.w); free(c.probe); free(c.out); free(c.rstd); free(dinp); free(dw); free(dinp2);
 }
 
 /* ---------------- rope ---------------- */
-typedef struct { float *x, *work, *cos_t, *sin_t, *probe; int B, T, H, D; } RopeCtx;
+typedef struct { float *x, *work, *cos_t, *sin_t, *probe; int B, T, H, D, rd; } RopeCtx;
 static double rope_obj(void *p) {
     RopeCtx *c = p; size_t n = (size_t)c->B * c->T * c->H * c->D;
     memcpy(c->work, c->x, n * sizeof(float));
-    rope_forward(c->work, c->cos_t, c->sin_t, c->B, c->T, c->H, c->D);
+    rope_forward(c->work, c->cos_t, c->sin_t, c->B, c->T, c->H, c->D, c->rd);
     return dot(c->work, c->probe, n);
+}
+/* One RoPE case: rd rotary dims of D (partial rotary when rd < D). The
+ * forward against the direct formula (rotate_half on dims [0, rd), the rest
+ * unchanged), the backward by finite differences. */
+static double rope_case(int D, int rd, const RopeScaling *sc, bool long_factors, double *tables_err) {
+    RopeCtx c = {.B = 2, .T = 5, .H = 3, .D = D, .rd = rd};
+    size_t n = (size_t)c.B * c.T * c.H * c.D;
+    int half = rd / 2;
+    double theta = 10000.0;
+    c.cos_t = zeros((size_t)c.T * half); c.sin_t = zeros((size_t)c.T * half);
+    rope_tables(c.cos_t, c.sin_t, c.T, rd, theta, sc, long_factors);
+    double et = 0;
+    for (int t = 0; t < c.T; t++) for (int i = 0; i < half; i++) {
+        /* the definitions: HF's default, linear and longrope inv_freq over rd dims */
+        double inv = 1.0 / pow(theta, 2.0 * i / rd), amp = 1.0, pos = t;
+        if (sc && sc->type == ROPE_SCALING_LINEAR) pos = t / sc->factor;
+        if (sc && sc->type == ROPE_SCALING_LONGROPE) {
+            inv /= long_factors ? sc->long_factor[i] : sc->short_factor[i];
+            amp = sc->attention_factor;
+        }
+        double ang = pos * inv;
+        et = max2(et, fabs(c.cos_t[t * half + i] - amp * cos(ang)) + fabs(c.sin_t[t * half + i] - amp * sin(ang)));
+    }
+    CHECK_MSG(et < 1e-5, "rope tables D=%d rd=%d: abs err %.3g", D, rd, et);
+    *tables_err = max2(*tables_err, et);
+    c.x = rand_vec(n, 1); c.work = zeros(n); c.probe = rand_vec(n, 1);
+    rope_obj(&c);
+    double ef = 0;
+    for (size_t row = 0; row < (size_t)c.B * c.T * c.H; row++) {
+        int t = (int)(row / c.H % c.T);
+        size_t base = row * c.D;
+        for (int i = 0; i < c.D; i++) {
+            double want = c.x[base + i];   /* pass-through dims */
+            if (i < rd) {
+                int j = i % half;
+                double co = c.cos_t[t * half + j], si = c.sin_t[t * half + j];
+                double rot = i < half ? -c.x[base + i + half] : c.x[base + i - half];
+                want = c.x[base + i] * co + rot * si;
+            }
+            ef = max2(ef, fabs(c.work[base + i] - want));
+        }
+    }
+    CHECK_MSG(ef < 1e-6, "rope forward D=%d rd=%d: abs err %.3g", D, rd, ef);
+    float *dx = malloc(n * sizeof(float));
+    memcpy(dx, c.probe, n * sizeof(float));
+    rope_backward(dx, c.cos_t, c.sin_t, c.B, c.T, c.H, c.D, c.rd);
+    double e = fd_check("rope dx", c.x, n, dx, rope_obj, &c, 1e-2, n);
+    free(c.cos_t); free(c.sin_t); free(c.x); free(c.work); free(c.probe); free(dx);
+    return max2(e, ef);
 }
 static void test_rope(void) {
     /* llama3 inv_freq against HF's formula evaluated in PyTorch (float32):
@@ -137,64 +196,48 @@ static void test_rope(void) {
                          7.784655463183299e-05, 3.428102354519069e-05, 6.647869668086059e-06, 3.76732259610435e-07};
     RopeScaling l3 = {.type = ROPE_SCALING_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position = 8192};
     float cos_t[2 * 32], sin_t[2 * 32];
-    rope_tables(cos_t, sin_t, 2, 64, 500000.0, &l3);
+    rope_tables(cos_t, sin_t, 2, 64, 500000.0, &l3, false);
     double et = 0;
     for (int k = 0; k < 8; k++) { /* position 1: angle = inv_freq */
         double ang = atan2(sin_t[32 + idx[k]], cos_t[32 + idx[k]]);
         et = max2(et, fabs(ang - hf[k]) / hf[k]);
     }
     CHECK_MSG(et < 1e-5, "llama3 inv_freq rel err %.3g", et);
-
-    RopeCtx c = {.B = 2, .T = 5, .H = 3, .D = 8};
-    size_t n = (size_t)c.B * c.T * c.H * c.D;
-    int half = c.D / 2;
-    c.cos_t = zeros((size_t)c.T * half); c.sin_t = zeros((size_t)c.T * half);
     RopeScaling lin = {.type = ROPE_SCALING_LINEAR, .factor = 2};
-    for (int mode = 0; mode < 2; mode++) {
-        double theta = 10000.0;
-        rope_tables(c.cos_t, c.sin_t, c.T, c.D, theta, mode ? &lin : NULL);
-        for (int t = 0; t < c.T; t++) for (int i = 0; i < half; i++) {
-            double ang = (mode ? t / 2.0 : t) / pow(theta, 2.0 * i / c.D);
-            et = max2(et, fabs(c.cos_t[t * half + i] - cos(ang)) + fabs(c.sin_t[t * half + i] - sin(ang)));
-        }
+    RopeScaling lr = {.type = ROPE_SCALING_LONGROPE, .original_max_position = 4, .n_factors = 3,
+                      .attention_factor = 1.19};
+    for (int i = 0; i < 3; i++) {
+        lr.short_factor[i] = 1.0f + 0.5f * (float)i;
+        lr.long_factor[i] = 2.0f + 3.0f * (float)i;
     }
-    CHECK(et < 1e-5);
-    c.x = rand_vec(n, 1); c.work = zeros(n); c.probe = rand_vec(n, 1);
-    rope_obj(&c);
-    double ef = 0; /* direct formula, rotate_half */
-    for (int b = 0; b < c.B; b++) for (int t = 0; t < c.T; t++) for (int h = 0; h < c.H; h++) for (int i = 0; i < c.D; i++) {
-        size_t base = (((size_t)b * c.T + t) * c.H + h) * c.D;
-        int j = i % half;
-        double co = c.cos_t[t * half + j], si = c.sin_t[t * half + j];
-        double rot = i < half ? -c.x[base + i + half] : c.x[base + i - half];
-        ef = max2(ef, fabs(c.work[base + i] - (c.x[base + i] * co + rot * si)));
-    }
-    CHECK(ef < 1e-6);
-    float *dx = malloc(n * sizeof(float));
-    memcpy(dx, c.probe, n * sizeof(float));
-    rope_backward(dx, c.cos_t, c.sin_t, c.B, c.T, c.H, c.D);
-    double e = fd_check("rope dx", c.x, n, dx, rope_obj, &c, 1e-2, n);
-    printf("worst rope rel err %.3g (tables %.3g, forward %.3g)\n", e, et, ef);
-    free(c.cos_t); free(c.sin_t); free(c.x); free(c.work); free(c.probe); free(dx);
+    double e = rope_case(8, 8, NULL, false, &et);
+    e = max2(e, rope_case(8, 8, &lin, false, &et));
+    e = max2(e, rope_case(10, 6, NULL, false, &et));      /* partial rotary: 6 of 10 dims */
+    e = max2(e, rope_case(10, 6, &lr, false, &et));       /* longrope, short factors */
+    e = max2(e, rope_case(10, 6, &lr, true, &et));        /* longrope, long factors */
+    printf("worst rope rel err %.3g (tables %.3g)\n", e, et);
 }
 
 /* ---------------- attention ---------------- */
-static void naive_attention(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KVH, int D) {
+static void naive_attention(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
+                            int H, int KVH, int D, const AttnParams *ap) {
     double *s = malloc((size_t)T * sizeof(double));
-    double scale = 1.0 / sqrt((double)D);
     for (int b = 0; b < B; b++) for (int h = 0; h < H; h++) for (int i = 0; i < T; i++) {
         int g = h / (H / KVH);
+        int j0 = ap->window > 0 && i - ap->window + 1 > 0 ? i - ap->window + 1 : 0;
         const float *qi = q + (((size_t)b * T + i) * H + h) * D;
         double mx = -INFINITY;
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
             const float *kj = k + (((size_t)b * T + j) * KVH + g) * D;
             double d = 0; for (int x = 0; x < D; x++) d += (double)qi[x] * kj[x];
-            s[j] = d * scale; if (s[j] > mx) mx = s[j];
+            s[j] = d * ap->scale;
+            if (ap->softcap > 0) s[j] = ap->softcap * tanh(s[j] / ap->softcap);
+            if (s[j] > mx) mx = s[j];
         }
-        double sum = 0; for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+        double sum = 0; for (int j = j0; j <= i; j++) sum += exp(s[j] - mx);
         for (int x = 0; x < D; x++) {
             double o = 0;
-            for (int j = 0; j <= i; j++) o += exp(s[j] - mx) / sum * v[(((size_t)b * T + j) * KVH + g) * D + x];
+            for (int j = j0; j <= i; j++) o += exp(s[j] - mx) / sum * v[(((size_t)b * T + j) * KVH + g) * D + x];
             out[(((size_t)b * T + i) * H + h) * D + x] = (float)o;
         }
         lse[((size_t)b * H + h) * T + i] = (float)(mx + log(sum));
@@ -202,33 +245,37 @@ static void naive_attention(float *out, float *lse, const float *q, const float 
     free(s);
 }
 
-typedef struct { float *out, *lse, *q, *k, *v, *probe; int B, T, H, KVH, D; } AttCtx;
+typedef struct { float *out, *lse, *q, *k, *v, *probe; int B, T, H, KVH, D; AttnParams ap; } AttCtx;
 static double att_obj(void *p) {
     AttCtx *c = p;
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D);
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D, &c->ap);
     return dot(c->out, c->probe, (size_t)c->B * c->T * c->H * c->D);
 }
-static double test_attention(int B, int T, int H, int KVH, int D) {
+/* window 0: full causal; scale 0: 1/sqrt(D). The gradients are checked by
+ * central differences on fd_samples random entries of q, k and v each. */
+static double test_attention(int B, int T, int H, int KVH, int D, int window, float scale, float softcap,
+                             int fd_samples) {
     AttCtx c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
+    c.ap = (AttnParams){.scale = scale > 0 ? scale : 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
     size_t nq = (size_t)c.B * c.T * c.H * c.D, nk = (size_t)c.B * c.T * c.KVH * c.D, nl = (size_t)c.B * c.H * c.T;
     c.q = rand_vec(nq, 1.5f); c.k = rand_vec(nk, 1.5f); c.v = rand_vec(nk, 1); c.probe = rand_vec(nq, 1);
     c.out = zeros(nq); c.lse = zeros(nl);
     float *rout = zeros(nq), *rlse = zeros(nl);
     att_obj(&c);
-    naive_attention(rout, rlse, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D);
+    naive_attention(rout, rlse, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
     double ef = rel_error(c.out, rout, nq), el = rel_error(c.lse, rlse, nl);
     CHECK_MSG(ef < 1e-5 && el < 1e-5, "attention forward rel err out %.3g lse %.3g", ef, el);
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     float *ws = zeros(attention_workspace_floats(c.B, c.T, c.H, c.KVH, c.D));
-    attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D);
-    double e = fd_check("attention dq", c.q, nq, dq, att_obj, &c, 1e-2, 300);
-    e = max2(e, fd_check("attention dk", c.k, nk, dk, att_obj, &c, 1e-2, 300));
-    e = max2(e, fd_check("attention dv", c.v, nk, dv, att_obj, &c, 1e-2, 300));
+    attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
+    double e = fd_check("attention dq", c.q, nq, dq, att_obj, &c, 1e-2, (size_t)fd_samples);
+    e = max2(e, fd_check("attention dk", c.k, nk, dk, att_obj, &c, 1e-2, (size_t)fd_samples));
+    e = max2(e, fd_check("attention dv", c.v, nk, dv, att_obj, &c, 1e-2, (size_t)fd_samples));
     /* accumulation: a second backward doubles the gradients */
     float *dq2 = malloc(nq * sizeof(float)); memcpy(dq2, dq, nq * sizeof(float));
     for (size_t i = 0; i < nq; i++) dq2[i] *= 2;
     att_obj(&c); /* out and lse of the unperturbed inputs again */
-    attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D);
+    attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
     CHECK_MSG(rel_error(dq, dq2, nq) < 1e-6, "attention accumulation rel err %.3g", rel_error(dq, dq2, nq));
     /* same bits with 1 thread as with several (fixed summation order) */
     {
@@ -236,62 +283,92 @@ static double test_attention(int B, int T, int H, int KVH, int D) {
         float *o2 = zeros(nq), *l2 = zeros(nl), *q2 = zeros(nq), *k2 = zeros(nk), *v2 = zeros(nk);
         int threads = omp_get_max_threads();
         omp_set_num_threads(1);
-        attention_forward(o1, l1, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D);
-        attention_backward(q1, k1, v1, c.probe, c.q, c.k, c.v, o1, l1, ws, c.B, c.T, c.H, c.KVH, c.D);
+        attention_forward(o1, l1, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
+        attention_backward(q1, k1, v1, c.probe, c.q, c.k, c.v, o1, l1, ws, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
         omp_set_num_threads(threads > 1 ? threads : 2);
-        attention_forward(o2, l2, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D);
-        attention_backward(q2, k2, v2, c.probe, c.q, c.k, c.v, o2, l2, ws, c.B, c.T, c.H, c.KVH, c.D);
+        attention_forward(o2, l2, c.q, c.k, c.v, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
+        attention_backward(q2, k2, v2, c.probe, c.q, c.k, c.v, o2, l2, ws, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
         omp_set_num_threads(threads);
         CHECK(!memcmp(o1, o2, nq * 4) && !memcmp(l1, l2, nl * 4) && !memcmp(q1, q2, nq * 4) &&
               !memcmp(k1, k2, nk * 4) && !memcmp(v1, v2, nk * 4));
         free(o1); free(l1); free(q1); free(k1); free(v1); free(o2); free(l2); free(q2); free(k2); free(v2);
     }
-    printf("attention B=%d T=%d H=%d KVH=%d D=%d: backward rel err %.3g (forward out %.3g, lse %.3g)\n", B, T, H, KVH, D, e, ef, el);
+    printf("attention B=%d T=%d H=%d KVH=%d D=%d window=%d scale=%.3g softcap=%g: backward rel err %.3g "
+           "(forward out %.3g, lse %.3g)\n", B, T, H, KVH, D, window, c.ap.scale, softcap, e, ef, el);
     free(c.q); free(c.k); free(c.v); free(c.probe); free(c.out); free(c.lse); free(rout); free(rlse);
     free(dq); free(dk); free(dv); free(ws); free(dq2);
     return max2(e, max2(ef, el));
 }
 
-/* ---------------- swiglu ---------------- */
-typedef struct { float *out, *g, *u, *probe; size_t n; } SwiCtx;
-static double swi_obj(void *p) { SwiCtx *c = p; swiglu_forward(c->out, c->g, c->u, c->n); return dot(c->out, c->probe, c->n); }
-static void test_swiglu(void) {
-    SwiCtx c = {.n = 203};
-    c.g = rand_vec(c.n, 4); c.u = rand_vec(c.n, 2); c.probe = rand_vec(c.n, 1); c.out = zeros(c.n);
-    swi_obj(&c);
+/* ---------------- gated activations (SwiGLU, GeGLU) ---------------- */
+typedef struct { float *out, *gu, *probe; size_t rows, F, ld; int act; } GluCtx;
+static double glu_obj(void *p) {
+    GluCtx *c = p;
+    glu_forward(c->out, c->gu, c->gu + (c->ld == c->F ? c->rows * c->F : c->F), c->rows, c->F, c->ld, c->act);
+    return dot(c->out, c->probe, c->rows * c->F);
+}
+/* ld == F: gate and up separate (up after gate); ld == 2F: fused gate_up rows */
+static double test_glu(int act, bool fused) {
+    GluCtx c = {.rows = 7, .F = 29, .act = act};
+    c.ld = fused ? 2 * c.F : c.F;
+    size_t n = c.rows * c.F;
+    c.gu = rand_vec(2 * n, 4); c.probe = rand_vec(n, 1); c.out = zeros(n);
+    const float *g = c.gu, *u = c.gu + (fused ? c.F : n);
+    glu_obj(&c);
     double ef = 0;
-    for (size_t i = 0; i < c.n; i++) ef = max2(ef, fabs(c.out[i] - c.g[i] / (1 + exp(-(double)c.g[i])) * c.u[i]));
-    CHECK(ef < 1e-5);
-    float *dg = zeros(c.n), *du = zeros(c.n);
-    swiglu_backward(dg, du, c.probe, c.g, c.u, c.n);
-    double e = fd_check("swiglu dgate", c.g, c.n, dg, swi_obj, &c, 1e-3, c.n);
-    e = max2(e, fd_check("swiglu dup", c.u, c.n, du, swi_obj, &c, 1e-3, c.n));
-    printf("worst swiglu rel err %.3g (forward abs err %.3g)\n", e, ef);
-    free(c.g); free(c.u); free(c.probe); free(c.out); free(dg); free(du);
+    for (size_t r = 0; r < c.rows; r++) for (size_t j = 0; j < c.F; j++) {
+        double x = g[r * c.ld + j], a;
+        if (act == GLU_SILU) a = x / (1 + exp(-x));
+        else a = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));   /* gelu_pytorch_tanh */
+        ef = max2(ef, fabs(c.out[r * c.F + j] - a * u[r * c.ld + j]));
+    }
+    CHECK_MSG(ef < 1e-5, "glu act %d forward abs err %.3g", act, ef);
+    float *dgu = zeros(2 * n);
+    float *dg = dgu, *du = dgu + (fused ? c.F : n);
+    glu_backward(dg, du, c.probe, g, u, c.rows, c.F, c.ld, act);
+    double e = fd_check(act == GLU_SILU ? "swiglu dgate/dup" : "geglu dgate/dup", c.gu, 2 * n, dgu, glu_obj, &c,
+                        1e-3, 2 * n);
+    printf("glu %s%s: rel err %.3g (forward abs err %.3g)\n", act == GLU_SILU ? "silu" : "gelu_tanh",
+           fused ? " fused rows" : "", e, ef);
+    free(c.gu); free(c.probe); free(c.out); free(dgu);
+    return e;
 }
 
 /* ---------------- lm head + cross-entropy ---------------- */
-typedef struct { float *inp, *w, *rw, *scratch; int *targets; int chunk, N, C, V; FrozenWeight fw; } XentCtx;
+typedef struct {
+    float *inp, *w, *rw, *scratch;
+    int *targets;
+    int chunk, N, C, V;
+    float cap;
+    FrozenWeight fw;
+} XentCtx;
 static double xent_obj(void *p) {
     XentCtx *c = p;
-    return lmhead_xent(NULL, NULL, c->inp, &c->fw, c->targets, c->rw, c->scratch, c->chunk, c->N);
+    return lmhead_xent(NULL, NULL, c->inp, &c->fw, c->targets, c->rw, c->scratch, c->cap, c->chunk, c->N);
 }
 /* Loss and gradient in double from (possibly bf16-rounded) inputs; dlogits
  * rounded to bf16 when round_dlogits (as the bf16 path does). */
 static double naive_xent(float *dinp, float *row_loss, const float *inp, const float *w, const int *targets, const float *rw,
-                         int N, int C, int V, int round_dlogits) {
+                         int N, int C, int V, int round_dlogits, double cap) {
     double total = 0, *z = malloc((size_t)V * sizeof(double));
     for (int i = 0; i < N; i++) {
         row_loss[i] = 0;
         if (rw[i] == 0) continue;
         double mx = -INFINITY;
-        for (int j = 0; j < V; j++) { double s = 0; for (int x = 0; x < C; x++) s += (double)inp[i * C + x] * w[(size_t)j * C + x]; z[j] = s; if (s > mx) mx = s; }
+        for (int j = 0; j < V; j++) {
+            double s = 0;
+            for (int x = 0; x < C; x++) s += (double)inp[i * C + x] * w[(size_t)j * C + x];
+            if (cap > 0) s = cap * tanh(s / cap);
+            z[j] = s;
+            if (s > mx) mx = s;
+        }
         double sum = 0; for (int j = 0; j < V; j++) sum += exp(z[j] - mx);
         double lse = mx + log(sum);
         row_loss[i] = (float)(lse - z[targets[i]]);
         total += rw[i] * (lse - z[targets[i]]);
         for (int j = 0; j < V; j++) {
             double d = rw[i] * (exp(z[j] - lse) - (j == targets[i]));
+            if (cap > 0) d *= 1 - (z[j] / cap) * (z[j] / cap);
             if (round_dlogits) d = round_bf16((float)d);
             for (int x = 0; x < C; x++) dinp[i * C + x] += (float)(d * w[(size_t)j * C + x]);
         }
@@ -299,8 +376,8 @@ static double naive_xent(float *dinp, float *row_loss, const float *inp, const f
     free(z);
     return total;
 }
-static void test_lmhead(void) {
-    XentCtx c = {.chunk = 3, .N = 10, .C = 24, .V = 53};
+static void test_lmhead(float cap) {
+    XentCtx c = {.chunk = 3, .N = 10, .C = 24, .V = 53, .cap = cap};
     float rw[10] = {1, 0, 0.5f, 1, 1, 0, 2, 1, 0, 1};
     int targets[10];
     for (int i = 0; i < c.N; i++) targets[i] = irand(c.V);
@@ -309,8 +386,9 @@ static void test_lmhead(void) {
     c.fw = fw_plain(c.w, DTYPE_F32, c.V, c.C, DTYPE_F32);
     c.scratch = zeros(lmhead_scratch_floats(c.chunk, c.C, c.V));
     float *dinp = zeros((size_t)c.N * c.C), *ref = zeros((size_t)c.N * c.C), *rl = zeros(c.N), *rl_ref = zeros(c.N);
-    double loss = lmhead_xent(dinp, rl, c.inp, &c.fw, targets, rw, c.scratch, c.chunk, c.N);
-    double loss_ref = naive_xent(ref, rl_ref, c.inp, c.w, targets, rw, c.N, c.C, c.V, 0);
+    if (cap > 0) for (size_t i = 0; i < (size_t)c.N * c.C; i++) c.inp[i] *= 4;   /* logits where the cap bends */
+    double loss = lmhead_xent(dinp, rl, c.inp, &c.fw, targets, rw, c.scratch, cap, c.chunk, c.N);
+    double loss_ref = naive_xent(ref, rl_ref, c.inp, c.w, targets, rw, c.N, c.C, c.V, 0, cap);
     double el = fabs(loss - loss_ref) / fabs(loss_ref);
     CHECK_MSG(el < 1e-5, "lmhead loss %.9g vs %.9g", loss, loss_ref);
     CHECK(rel_error(rl, rl_ref, c.N) < 1e-5);
@@ -319,7 +397,8 @@ static void test_lmhead(void) {
     for (int x = 0; x < c.C; x++) CHECK(dinp[1 * c.C + x] == 0 && dinp[5 * c.C + x] == 0); /* weight-0 rows */
     double e = fd_check("lmhead_xent dinp", c.inp, (size_t)c.N * c.C, dinp, xent_obj, &c, 1e-2, (size_t)c.N * c.C);
     /* eval (dinp NULL) gives the same loss */
-    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, &c.fw, targets, rw, c.scratch, c.chunk, c.N), loss, 1e-9 * fabs(loss));
+    CHECK_NEAR(lmhead_xent(NULL, NULL, c.inp, &c.fw, targets, rw, c.scratch, cap, c.chunk, c.N), loss,
+               1e-9 * fabs(loss));
 
     /* bf16 weight: against the naive loss/gradient of bf16-rounded inputs and weights */
     uint16_t *w16 = malloc((size_t)c.V * c.C * 2);
@@ -328,16 +407,18 @@ static void test_lmhead(void) {
     FrozenWeight fw16 = fw_plain(w16, DTYPE_BF16, c.V, c.C, DTYPE_BF16);
     for (size_t i = 0; i < (size_t)c.N * c.C; i++) inr[i] = round_bf16(c.inp[i]);
     memset(dinp, 0, (size_t)c.N * c.C * sizeof(float)); memset(ref, 0, (size_t)c.N * c.C * sizeof(float));
-    double lb = lmhead_xent(dinp, rl, c.inp, &fw16, targets, rw, c.scratch, c.chunk, c.N);
-    double lb_ref = naive_xent(ref, rl_ref, inr, wr, targets, rw, c.N, c.C, c.V, 1);
+    double lb = lmhead_xent(dinp, rl, c.inp, &fw16, targets, rw, c.scratch, cap, c.chunk, c.N);
+    double lb_ref = naive_xent(ref, rl_ref, inr, wr, targets, rw, c.N, c.C, c.V, 1, cap);
     double elb = fabs(lb - lb_ref) / fabs(lb_ref), egb = rel_error(dinp, ref, (size_t)c.N * c.C);
     CHECK_MSG(elb < 1e-5 && egb < 1e-4, "lmhead bf16: loss rel err %.3g, dinp rel err %.3g", elb, egb);
     /* logits for generation */
     float *logits = zeros((size_t)c.N * c.V);
-    lmhead_logits(logits, c.inp, &c.fw, c.N);
+    lmhead_logits(logits, c.inp, &c.fw, cap, c.N);
     double z0 = 0; for (int x = 0; x < c.C; x++) z0 += (double)c.inp[2 * c.C + x] * c.w[7 * c.C + x];
+    if (cap > 0) z0 = cap * tanh(z0 / cap);
     CHECK_NEAR(logits[2 * c.V + 7], z0, 1e-5);
-    printf("worst lmhead_xent rel err %.3g (f32 loss %.3g, dinp %.3g; bf16 loss %.3g, dinp %.3g)\n", e, el, eg, elb, egb);
+    printf("worst lmhead_xent (softcap %g) rel err %.3g (f32 loss %.3g, dinp %.3g; bf16 loss %.3g, dinp %.3g)\n",
+           cap, e, el, eg, elb, egb);
     free(c.inp); free(c.w); free(c.scratch); free(dinp); free(ref); free(rl); free(rl_ref); free(w16); free(wr); free(inr); free(logits);
 }
 
@@ -362,14 +443,30 @@ int main(void) {
     matmul_set_scratch(scratch, sizeof scratch);
     test_exp16();
     test_embedding();
-    test_rmsnorm();
+    test_rmsnorm(0.0f);
+    test_rmsnorm(1.0f);
     test_rope();
-    double ea = test_attention(2, 131, 4, 2, 20);      /* T, D not multiples of the tiles */
-    ea = max2(ea, test_attention(1, 150, 6, 2, 32));  /* full tiles read in place, 3 heads per kv head */
-    ea = max2(ea, test_attention(1, 64, 10, 2, 16));  /* 5 heads per kv head: split over two tasks */
+    double ea = test_attention(2, 131, 4, 2, 20, 0, 0, 0, 300);      /* T, D not multiples of the tiles */
+    ea = max2(ea, test_attention(1, 150, 6, 2, 32, 0, 0, 0, 300));  /* full tiles read in place, 3 heads per kv head */
+    ea = max2(ea, test_attention(1, 64, 10, 2, 16, 0, 0, 0, 300));  /* 5 heads per kv head: split over two tasks */
+    /* sliding windows: shorter than a tile (whole tiles skipped on both
+     * sides, rows whose window starts past a tile), longer than one, and
+     * wider than the sequence; a Gemma-style scale */
+    ea = max2(ea, test_attention(1, 200, 2, 1, 20, 37, 0, 0, 80));
+    ea = max2(ea, test_attention(1, 200, 2, 1, 32, 70, 0.11f, 0, 80));
+    ea = max2(ea, test_attention(1, 70, 2, 2, 16, 300, 0, 0, 80));
+    ea = max2(ea, test_attention(1, 130, 1, 1, 16, 2, 0, 0, 80));   /* each query sees itself and one key */
+    /* Gemma 2: tanh soft-capping of the scores, alone and with a window */
+    ea = max2(ea, test_attention(1, 100, 2, 1, 20, 0, 0.3f, 2.0f, 80));
+    ea = max2(ea, test_attention(1, 150, 2, 1, 32, 50, 0.25f, 5.0f, 80));
     printf("worst attention rel err %.3g\n", ea);
-    test_swiglu();
-    test_lmhead();
+    double eg = test_glu(GLU_SILU, false);
+    eg = max2(eg, test_glu(GLU_SILU, true));
+    eg = max2(eg, test_glu(GLU_GELU_TANH, false));
+    eg = max2(eg, test_glu(GLU_GELU_TANH, true));
+    printf("worst glu rel err %.3g\n", eg);
+    test_lmhead(0.0f);
+    test_lmhead(3.0f);
     test_linear();
     matmul_release_all();
     return check_finish("kernels/ops_fd");

@@ -34,8 +34,8 @@ static inline void fill(Rng *r, float *x, size_t n, float mean, float sd) {
 
 /* Model directory: config.json, model.safetensors, tokenizer files. */
 static inline int write_model(const char *dir, const Arch *a, int V, uint64_t seed) {
-    ModelConfig c = {0};
-    snprintf(c.model_type, sizeof c.model_type, "%s", a->model_type);
+    ModelConfig c;
+    hf_config_init(&c, a->model_type);
     c.hidden_size = a->C;
     c.intermediate_size = a->F;
     c.num_hidden_layers = a->L;

@@ -97,8 +97,8 @@ static int copy_file(const char *from, const char *to) {
 
 /* A one-block llama model of vocab V around the tokenizer files of dir. */
 static int write_model(const char *dir, int V) {
-    ModelConfig c = {0};
-    snprintf(c.model_type, sizeof c.model_type, "llama");
+    ModelConfig c;
+    hf_config_init(&c, "llama");
     c.hidden_size = 32;
     c.intermediate_size = 32;
     c.num_hidden_layers = 1;

@@ -1,7 +1,7 @@
 /* test_fd.c: gradients against central finite differences of model_loss,
  * for what the PyTorch references do not cover (DoRA) and a second look at
  * what they do (LoRA on qwen3 q/k norms, full fine-tuning with biases and
- * untied head, GQA). Uses the small fp32 base models of tests/ref/data.
+ * untied head, GQA; gemma3, gemma2 and phi3 blocks). Uses the small fp32 base models of tests/ref/data.
  * Also: LoRA dropout is deterministic per step seed and identical with
  * checkpointing; and KV-cache decoding matches full-sequence logits. */
 #include "check.h"
@@ -307,6 +307,16 @@ int main(void) {
     fd_case(qwen3, full, "qwen3 full, last block");
     ModelSpec full2 = full; full2.num_layers = 2; full2.grad_checkpoint = true;
     fd_case(qwen2, full2, "qwen2 full, all blocks, ckpt");
+    /* the new families: sliding windows shorter than the 12 positions, 1 + w
+     * and sandwich norms, GeGLU, soft-caps, fused projections, longrope */
+    const char *gemma3 = "tests/ref/data/gemma3_text_lora", *gemma2 = "tests/ref/data/gemma2_softcap_lora",
+               *phi3 = "tests/ref/data/phi3_longrope_lora";
+    fd_case(gemma3, dora_ck, "gemma3 DoRA all keys, ckpt");
+    ModelSpec full3 = full;
+    full3.num_layers = 3;
+    full3.grad_checkpoint = true;
+    fd_case(gemma2, full3, "gemma2 full, 3 blocks, ckpt");
+    fd_case(phi3, dora, "phi3 DoRA qkv/o/gate_up/down");
     dropout_case(qwen3);
     accumulate_case(llama);
     dora_identity_case(qwen2);

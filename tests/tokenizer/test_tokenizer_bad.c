@@ -133,14 +133,37 @@ static void test_bad_json(void) {
     expect_fail(make_json(VOCAB, "", "{\"id\": 9, \"content\": \"\\ud83d\", \"special\": true}", "", ""), NULL, json_path, NULL);
 }
 
+/* Ids with holes are a valid vocab (HF keeps a map): the gpt-4o / Phi-4
+ * file has its special tokens at 200018 and up. Encoding works; decoding a
+ * hole is one clear error. */
+static void test_sparse_ids(void) {
+    Tokenizer *t;
+    CHECK(load_text(&t, make_json("\"a\": 0, \"b\": 1, \"ab\": 7", "\"a b\"",
+                                  "{\"id\": 40, \"content\": \"<s>\", \"special\": true}", "", ""), NULL) == 0);
+    if (!t) return;
+    CHECK(tokenizer_vocab_size(t) == 41);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(tokenizer_encode(t, "ab<s>b", 6, false, &ids, &n) == 0);
+    CHECK(n == 3 && ids && ids[0] == 7 && ids[1] == 40 && ids[2] == 1);
+    mem_free(ids);
+    char *out;
+    size_t len;
+    int32_t hole = 5;
+    CHECK(tokenizer_decode(t, &hole, 1, false, &out, &len) < 0);
+    CHECK_ERROR_CONTAINS("token id 5 at position 0 is not in the vocab");
+    tokenizer_free(t);
+}
+
 static void test_bad_ids(void) {
-    expect_fail(make_json("\"a\": 0, \"b\": 7", "", "", "", ""), NULL, json_path, "model.vocab[\"b\"]: id 7 is outside");
+    expect_fail(make_json("\"a\": 0, \"b\": 16777216", "", "", "", ""), NULL, json_path,
+                "model.vocab[\"b\"]: id 16777216 is outside [0, 16777216)");
     expect_fail(make_json("\"a\": 0, \"b\": -1", "", "", "", ""), NULL, "model.vocab[\"b\"]", "outside");
     expect_fail(make_json("\"a\": 0, \"b\": 0", "", "", "", ""), NULL, "model.vocab[", "also used");
     expect_fail(make_json("\"a\": 0, \"b\": \"1\"", "", "", "", ""), NULL, "model.vocab[\"b\"]", "not an integer");
     expect_fail(make_json("", "", "", "", ""), NULL, "model.vocab", "empty");
-    expect_fail(make_json(VOCAB, "", "{\"id\": 99, \"content\": \"<s>\", \"special\": true}", "", ""), NULL, json_path,
-                "added_tokens[0].id: 99 is >= the vocab size");
+    expect_fail(make_json(VOCAB, "", "{\"id\": 99999999, \"content\": \"<s>\", \"special\": true}", "", ""), NULL,
+                json_path, "added_tokens[0].id: 99999999 is outside");
     expect_fail(make_json(VOCAB, "", "{\"id\": -2, \"content\": \"<s>\"}", "", ""), NULL, "added_tokens[0].id", NULL);
     expect_fail(make_json(VOCAB, "", "{\"content\": \"<s>\"}", "", ""), NULL, "added_tokens[0].id", "missing");
     expect_fail(make_json(VOCAB, "", "{\"id\": 4, \"content\": \"\"}", "", ""), NULL, "added_tokens[0].content", "empty");
@@ -300,6 +323,7 @@ int main(void) {
     test_valid_minimal();
     test_bad_json();
     test_bad_ids();
+    test_sparse_ids();
     test_unsupported();
     test_template_and_config();
     test_split_behaviours();
