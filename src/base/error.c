@@ -57,7 +57,8 @@ int error_prefix(const char *fmt, ...) {
     size_t k = strlen(prefix);
     if (k > sizeof message - 3) k = sizeof message - 3;
     memcpy(message, prefix, k);
-    message[k] = ':'; message[k + 1] = ' ';
+    message[k] = ':';
+    message[k + 1] = ' ';
     size_t room = sizeof message - k - 3, len = strlen(old);
     if (len > room) len = room;
     memcpy(message + k + 2, old, len);

@@ -20,17 +20,29 @@ int file_map(MappedFile *m, const char *path) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return error_set("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) { close(fd); return error_set("%s: cannot stat: %s", path, strerror(errno)); }
-    if (!S_ISREG(st.st_mode)) { close(fd); return error_set("%s: not a regular file", path); }
+    if (fstat(fd, &st) < 0) {
+        close(fd);
+        return error_set("%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return error_set("%s: not a regular file", path);
+    }
     m->size = (size_t)st.st_size;
     if (m->size > 0) {
         void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) { close(fd); return error_set("%s: cannot map: %s", path, strerror(errno)); }
+        if (p == MAP_FAILED) {
+            close(fd);
+            return error_set("%s: cannot map: %s", path, strerror(errno));
+        }
         m->data = p;
     }
     close(fd);
     m->path = mem_strdup(path);
-    if (!m->path) { file_unmap(m); return -1; }
+    if (!m->path) {
+        file_unmap(m);
+        return -1;
+    }
     return 0;
 }
 
@@ -152,13 +164,21 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_si
     if (!fp) return error_set("%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
     char *buf = mem_alloc(cap);
-    if (!buf) { fclose(fp); return -1; }
+    if (!buf) {
+        fclose(fp);
+        return -1;
+    }
     for (;;) {
         if (n + 1 >= cap) {
             if (max_bytes && cap > max_bytes + 1) break;
             char *nb = mem_realloc(buf, cap * 2);
-            if (!nb) { mem_free(buf); fclose(fp); return -1; }
-            buf = nb; cap *= 2;
+            if (!nb) {
+                mem_free(buf);
+                fclose(fp);
+                return -1;
+            }
+            buf = nb;
+            cap *= 2;
         }
         size_t got = fread(buf + n, 1, cap - 1 - n, fp);
         n += got;
@@ -167,16 +187,28 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_si
     }
     int err = ferror(fp);
     fclose(fp);
-    if (err) { mem_free(buf); return error_set("%s: read error", path); }
-    if (max_bytes && n > max_bytes) { mem_free(buf); return error_set("%s: file larger than the limit of %zu bytes", path, max_bytes); }
+    if (err) {
+        mem_free(buf);
+        return error_set("%s: read error", path);
+    }
+    if (max_bytes && n > max_bytes) {
+        mem_free(buf);
+        return error_set("%s: file larger than the limit of %zu bytes", path, max_bytes);
+    }
     buf[n] = 0;
     *out = buf;
     if (out_size) *out_size = n;
     return 0;
 }
 
-bool file_exists(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISREG(st.st_mode); }
-bool dir_exists(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISDIR(st.st_mode); }
+bool file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+bool dir_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 int dir_ensure(const char *path) {
     char buf[4096];
@@ -184,8 +216,10 @@ int dir_ensure(const char *path) {
     strcpy(buf, path);
     for (char *p = buf + 1; ; p++) {
         if (*p == '/' || *p == 0) {
-            char c = *p; *p = 0;
-            if (mkdir(buf, 0755) < 0 && errno != EEXIST) return error_set("%s: cannot create directory: %s", buf, strerror(errno));
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+                return error_set("%s: cannot create directory: %s", buf, strerror(errno));
             if (!dir_exists(buf)) return error_set("%s: exists and is not a directory", buf);
             *p = c;
             if (c == 0) break;
@@ -206,9 +240,15 @@ char *path_join(const char *dir, const char *name) {
 }
 
 static long fail_write_at = -1, write_count = 0;
-void fileio_fail_write_at(long n) { fail_write_at = n > 0 ? n : 0; write_count = 0; }
+void fileio_fail_write_at(long n) {
+    fail_write_at = n > 0 ? n : 0;
+    write_count = 0;
+}
 static bool inject_write_failure(void) {
-    if (fail_write_at < 0) { const char *e = getenv("LMTUNE_FAIL_WRITE"); fail_write_at = e ? atol(e) : 0; }
+    if (fail_write_at < 0) {
+        const char *e = getenv("LMTUNE_FAIL_WRITE");
+        fail_write_at = e ? atol(e) : 0;
+    }
     write_count++;
     return fail_write_at > 0 && write_count == fail_write_at;
 }
@@ -218,13 +258,17 @@ int atomic_open(AtomicFile *f, const char *path) {
     size_t n = strlen(path);
     f->final_path = mem_strdup(path);
     f->tmp_path = mem_alloc(n + 32);
-    if (!f->final_path || !f->tmp_path) { atomic_abort(f); return -1; }
+    if (!f->final_path || !f->tmp_path) {
+        atomic_abort(f);
+        return -1;
+    }
     snprintf(f->tmp_path, n + 32, "%s.tmp.%ld", path, (long)getpid());
     f->fp = fopen(f->tmp_path, "wb");
     if (!f->fp) {
         int e = errno;
         error_set("%s: cannot write: %s", path, strerror(e));
-        mem_free(f->final_path); mem_free(f->tmp_path);
+        mem_free(f->final_path);
+        mem_free(f->tmp_path);
         memset(f, 0, sizeof *f);
         return -1;
     }
@@ -246,22 +290,42 @@ static void fsync_dir_of(const char *path) {
 
 int atomic_commit(AtomicFile *f) {
     int failed = 0, e = 0;
-    if (fflush(f->fp) != 0) { failed = 1; e = errno; }
-    if (!failed && ferror(f->fp)) { failed = 1; e = EIO; }
-    if (!failed && inject_write_failure()) { failed = 1; e = EIO; }
-    if (!failed && fsync(fileno(f->fp)) != 0) { failed = 1; e = errno; }
-    if (fclose(f->fp) != 0 && !failed) { failed = 1; e = errno; }
+    if (fflush(f->fp) != 0) {
+        failed = 1;
+        e = errno;
+    }
+    if (!failed && ferror(f->fp)) {
+        failed = 1;
+        e = EIO;
+    }
+    if (!failed && inject_write_failure()) {
+        failed = 1;
+        e = EIO;
+    }
+    if (!failed && fsync(fileno(f->fp)) != 0) {
+        failed = 1;
+        e = errno;
+    }
+    if (fclose(f->fp) != 0 && !failed) {
+        failed = 1;
+        e = errno;
+    }
     f->fp = NULL;
-    if (!failed && rename(f->tmp_path, f->final_path) != 0) { failed = 1; e = errno; }
+    if (!failed && rename(f->tmp_path, f->final_path) != 0) {
+        failed = 1;
+        e = errno;
+    }
     if (failed) {
         error_set("%s: write failed: %s (the previous file, if any, is unchanged)", f->final_path, strerror(e));
         unlink(f->tmp_path);
-        mem_free(f->final_path); mem_free(f->tmp_path);
+        mem_free(f->final_path);
+        mem_free(f->tmp_path);
         memset(f, 0, sizeof *f);
         return -1;
     }
     fsync_dir_of(f->final_path);
-    mem_free(f->final_path); mem_free(f->tmp_path);
+    mem_free(f->final_path);
+    mem_free(f->tmp_path);
     memset(f, 0, sizeof *f);
     return 0;
 }
@@ -296,7 +360,10 @@ long atomic_remove_stale(const char *dir) {
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
         size_t n = strlen(dir) + strlen(e->d_name) + 2;
         char *path = mem_alloc(n);
-        if (!path) { closedir(d); return -1; }
+        if (!path) {
+            closedir(d);
+            return -1;
+        }
         snprintf(path, n, "%s/%s", dir, e->d_name);
         if (unlink(path) == 0) removed++;
         mem_free(path);
@@ -311,7 +378,8 @@ long atomic_remove_stale(const char *dir) {
 void atomic_abort(AtomicFile *f) {
     if (f->fp) fclose(f->fp);
     if (f->tmp_path) unlink(f->tmp_path);
-    mem_free(f->final_path); mem_free(f->tmp_path);
+    mem_free(f->final_path);
+    mem_free(f->tmp_path);
     memset(f, 0, sizeof *f);
 }
 

@@ -11,16 +11,28 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-double time_now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+double time_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
-double time_unix(void) { struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+double time_unix(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static size_t status_kb(const char *key) {
     FILE *fp = fopen("/proc/self/status", "r");
     if (!fp) return 0;
-    char line[256]; size_t kb = 0, klen = strlen(key);
+    char line[256];
+    size_t kb = 0, klen = strlen(key);
     while (fgets(line, sizeof line, fp))
-        if (strncmp(line, key, klen) == 0) { kb = strtoull(line + klen, NULL, 10); break; }
+        if (strncmp(line, key, klen) == 0) {
+            kb = strtoull(line + klen, NULL, 10);
+            break;
+        }
     fclose(fp);
     return kb;
 }

@@ -78,8 +78,16 @@ int args_parse_int(const char *where, const char *text, int *out) {
 int args_parse_bool(const char *where, const char *text, bool *out) {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "on", "1"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "No", "off", "0"};
-    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) if (!strcmp(text, yes[i])) { *out = true; return 0; }
-    for (size_t i = 0; i < sizeof no / sizeof *no; i++) if (!strcmp(text, no[i])) { *out = false; return 0; }
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        if (!strcmp(text, yes[i])) {
+            *out = true;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (!strcmp(text, no[i])) {
+            *out = false;
+            return 0;
+        }
     return error_set("%s: expected true or false, got \"%s\"", where, text);
 }
 
@@ -143,11 +151,15 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
         return 0;
     }
     case ARG_INT: case ARG_INT_OR_AUTO: {
-        if (s->type == ARG_INT_OR_AUTO && !strcmp(text, "auto")) { *(int *)field = 0; return 0; }
+        if (s->type == ARG_INT_OR_AUTO && !strcmp(text, "auto")) {
+            *(int *)field = 0;
+            return 0;
+        }
         int v;
         if (args_parse_int(where, text, &v) < 0 || !in_range(s, v)) {
             if (s->type == ARG_INT_OR_AUTO)
-                return error_set("%s: expected %s or auto, got \"%s\"", where, s->range_text ? s->range_text : "an integer", text);
+                return error_set("%s: expected %s or auto, got \"%s\"", where,
+                                 s->range_text ? s->range_text : "an integer", text);
             return bad_value(where, s, "an integer", text);
         }
         *(int *)field = v;
@@ -186,7 +198,8 @@ static int set_value(const ArgSpec *s, void *opts, const char *text, const char 
     }
     case ARG_STRING_LIST: {
         ArgStringList *list = field;
-        if (list->count == ARG_LIST_MAX) return error_set("%s: at most %d values, got another: \"%s\"", where, ARG_LIST_MAX, text);
+        if (list->count == ARG_LIST_MAX)
+            return error_set("%s: at most %d values, got another: \"%s\"", where, ARG_LIST_MAX, text);
         const char *v = file ? keep_string(text) : text;
         TRY_PTR(v);
         list->items[list->count++] = v;
@@ -205,7 +218,10 @@ static const ArgSpec *find_long(const ArgTable *t, const char *name, size_t len)
 static const ArgSpec *find_yaml(const ArgTable *t, const char *key) {
     for (size_t i = 0; i < t->n_specs; i++) {
         const char *a = t->specs[i].name, *b = key;
-        while (*a && *b && (*a == *b || (*a == '-' && *b == '_'))) { a++; b++; }
+        while (*a && *b && (*a == *b || (*a == '-' && *b == '_'))) {
+            a++;
+            b++;
+        }
         if (!*a && !*b) return &t->specs[i];
     }
     return NULL;
@@ -320,7 +336,10 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
     if (!fp) return error_set("%s: cannot open the config file: %s", path, strerror(errno));
     yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) { fclose(fp); return error_set("%s: cannot initialise the YAML parser", path); }
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(fp);
+        return error_set("%s: cannot initialise the YAML parser", path);
+    }
     yaml_parser_set_input_file(&parser, fp);
     if (!yaml_parser_load(&parser, &doc)) {
         int rc = error_set("%s:%zu:%zu: YAML error: %s", path, parser.problem_mark.line + 1,
@@ -334,11 +353,17 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
     int rc = 0;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root) goto done;   /* an empty file sets nothing */
-    if (root->type != YAML_MAPPING_NODE) { rc = error_set("%s: expected a mapping of option: value", path); goto done; }
+    if (root->type != YAML_MAPPING_NODE) {
+        rc = error_set("%s: expected a mapping of option: value", path);
+        goto done;
+    }
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
         yaml_node_t *kn = yaml_document_get_node(&doc, p->key), *vn = yaml_document_get_node(&doc, p->value);
         const char *key = args_yaml_scalar(kn);
-        if (!key) { rc = error_set("%s: a key is not a plain name", path); goto done; }
+        if (!key) {
+            rc = error_set("%s: a key is not a plain name", path);
+            goto done;
+        }
         const ArgSpec *s = find_yaml(t, key);
         /* MLX-LM's command line wins over a config file's `config` key (an
          * adapter_config.json written by MLX-LM has one): ignored */
@@ -346,24 +371,39 @@ static int load_yaml(const ArgTable *t, void *opts, const char *path, ArgResult 
         if (s) {
             if (args_yaml_is_null(vn)) continue;
             if (s->type == ARG_STRING_LIST) {
-                if (yaml_list(s, opts, path, &doc, vn) < 0) { rc = -1; goto done; }
+                if (yaml_list(s, opts, path, &doc, vn) < 0) {
+                    rc = -1;
+                    goto done;
+                }
                 r->seen[s - t->specs] = true;
                 continue;
             }
             if (s->type == ARG_SWITCH_OR_VALUE) {
-                if (yaml_switch(s, opts, path, &doc, vn) < 0) { rc = -1; goto done; }
+                if (yaml_switch(s, opts, path, &doc, vn) < 0) {
+                    rc = -1;
+                    goto done;
+                }
                 r->seen[s - t->specs] = true;
                 continue;
             }
             const char *v = args_yaml_scalar(vn);
-            if (!v) { rc = error_set("%s: %s: expected a single value, not a list or mapping", path, key); goto done; }
-            if (set_value(s, opts, v, path) < 0) { rc = -1; goto done; }
+            if (!v) {
+                rc = error_set("%s: %s: expected a single value, not a list or mapping", path, key);
+                goto done;
+            }
+            if (set_value(s, opts, v, path) < 0) {
+                rc = -1;
+                goto done;
+            }
             r->seen[s - t->specs] = true;
             continue;
         }
         if (t->yaml_hook) {
             int h = t->yaml_hook(opts, path, key, &doc, vn);
-            if (h < 0) { rc = -1; goto done; }
+            if (h < 0) {
+                rc = -1;
+                goto done;
+            }
             if (h == 1) continue;
         }
         bool ignored = false;
@@ -432,10 +472,15 @@ int args_parse(const ArgTable *t, void *opts, int argc, char **argv, ArgResult *
     bool listed[ARG_MAX_SPECS] = {false};   /* a repeatable flag already given on the command line */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value;
-        if (arg[0] != '-') return error_set("unexpected argument \"%s\" (flags start with --; lmtune %s --help lists them)", arg, t->command);
+        if (arg[0] != '-')
+            return error_set("unexpected argument \"%s\" (flags start with --; lmtune %s --help lists them)", arg,
+                             t->command);
         const ArgSpec *s = lookup(t, arg, &value);
         if (!s) {
-            if (t->config_file && (!strcmp(arg, "-c") || !strcmp(arg, "--config"))) { i++; continue; }
+            if (t->config_file && (!strcmp(arg, "-c") || !strcmp(arg, "--config"))) {
+                i++;
+                continue;
+            }
             if (t->config_file && !strncmp(arg, "--config=", 9)) continue;
             return error_set("unknown flag %s (lmtune %s --help lists the flags)", arg, t->command);
         }
@@ -487,15 +532,37 @@ void args_value_text(const ArgSpec *s, const void *opts, char *buf, size_t cap) 
         if (v) snprintf(buf, cap, "%s", v);
         break;
     }
-    case ARG_INT: snprintf(buf, cap, "%d", *(const int *)f); break;
-    case ARG_INT_OR_AUTO: { int v = *(const int *)f; if (v) snprintf(buf, cap, "%d", v); else snprintf(buf, cap, "auto"); break; }
-    case ARG_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)f); break;
-    case ARG_DOUBLE: snprintf(buf, cap, "%g", *(const double *)f); break;
-    case ARG_BOOL: snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off"); break;
+    case ARG_INT:
+        snprintf(buf, cap, "%d", *(const int *)f);
+        break;
+    case ARG_INT_OR_AUTO: {
+        int v = *(const int *)f;
+        if (v)
+            snprintf(buf, cap, "%d", v);
+        else
+            snprintf(buf, cap, "auto");
+        break;
+    }
+    case ARG_U64:
+        snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)f);
+        break;
+    case ARG_DOUBLE:
+        snprintf(buf, cap, "%g", *(const double *)f);
+        break;
+    case ARG_BOOL:
+        snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off");
+        break;
     case ARG_TRUE_FALSE:
         snprintf(buf, cap, "%s", *(const bool *)f ? "True" : "False");
         break;
-    case ARG_SIZE: { size_t v = *(const size_t *)f; if (v) snprintf(buf, cap, "%zu bytes", v); else snprintf(buf, cap, "none"); break; }
+    case ARG_SIZE: {
+        size_t v = *(const size_t *)f;
+        if (v)
+            snprintf(buf, cap, "%zu bytes", v);
+        else
+            snprintf(buf, cap, "none");
+        break;
+    }
     case ARG_STRING_LIST: {
         const ArgStringList *list = f;
         size_t used = 0;
@@ -514,7 +581,9 @@ void args_print_help(const ArgTable *t, const void *defaults, FILE *out) {
     for (size_t i = 0; i < t->n_specs; i++) {
         const ArgSpec *s = &t->specs[i];
         char left[96], def[96];
-        if (s->short_name) snprintf(left, sizeof left, "-%c, --%s%s%s", s->short_name, s->name, s->metavar ? " " : "", s->metavar ? s->metavar : "");
+        if (s->short_name)
+            snprintf(left, sizeof left, "-%c, --%s%s%s", s->short_name, s->name, s->metavar ? " " : "",
+                     s->metavar ? s->metavar : "");
         else snprintf(left, sizeof left, "--%s%s%s", s->name, s->metavar ? " " : "", s->metavar ? s->metavar : "");
         args_value_text(s, defaults, def, sizeof def);
         fprintf(out, "  %-34s %s", left, s->help);

@@ -221,7 +221,10 @@ static bool in_set(const int32_t *ids, int n, int32_t id) {
  * sequence waits for the next token). */
 static size_t complete_utf8(const char *s, size_t n) {
     size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) { i--; back++; }
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
+        i--;
+        back++;
+    }
     if (i == 0) return n;
     unsigned char lead = (unsigned char)s[i - 1];
     size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
@@ -280,7 +283,8 @@ int cmd_generate(int argc, char **argv) {
     char *text = NULL;
     if (!a.ignore_chat_template && chat_prompt(tok, &a, prompt, template_vars, &text) < 0) die_with_error();
     json_decref(template_vars);
-    int32_t *ids; size_t n_ids;
+    int32_t *ids;
+    size_t n_ids;
     const char *feed = text ? text : prompt;
     if (tokenizer_encode(tok, feed, strlen(feed), text == NULL, &ids, &n_ids) < 0) die_with_error();
     if (n_ids == 0) die("generate: the prompt encodes to no tokens");
@@ -350,7 +354,8 @@ int cmd_generate(int argc, char **argv) {
             break;
         }
         out_ids[n_gen++] = next;
-        char *piece; size_t plen;
+        char *piece;
+        size_t plen;
         if (tokenizer_decode(tok, out_ids, (size_t)n_gen, true, &piece, &plen) < 0) die_with_error();
         size_t ready = complete_utf8(piece, plen);
         if (verbose && ready > printed) {
@@ -363,7 +368,8 @@ int cmd_generate(int argc, char **argv) {
         if (model_decode(model, &next, 1, (int)(n_ids + n_gen - 1), logits) < 0) die_with_error();
     }
     double t_gen = time_now() - t1;
-    char *all; size_t alen;
+    char *all;
+    size_t alen;
     if (tokenizer_decode(tok, out_ids, (size_t)n_gen, true, &all, &alen) < 0) die_with_error();
     if (!verbose) {
         /* mlx_lm.generate --verbose False: print(response) */

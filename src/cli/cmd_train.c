@@ -247,11 +247,23 @@ static int run_train(Run *r, int *exit_code) {
     /* first with the start-up probe's per-primitive figures (nothing is
      * created for a run that is refused), then with the run's primitives
      * created and measured */
-    if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) { plan_free(&plan); return -1; }
-    if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
+    if (run_plan_build(&shape, &r->d.in, &plan, &spec) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
+    if (run_check_limit(&shape, &r->d.in, &plan) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
     plan_free(&plan);
-    if (run_plan_build_ex(&shape, &r->d.in, &plan, &spec, rank) < 0) { plan_free(&plan); return -1; }
-    if (run_check_limit(&shape, &r->d.in, &plan) < 0) { plan_free(&plan); return -1; }
+    if (run_plan_build_ex(&shape, &r->d.in, &plan, &spec, rank) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
+    if (run_check_limit(&shape, &r->d.in, &plan) < 0) {
+        plan_free(&plan);
+        return -1;
+    }
     size_t arena_bytes = plan_arena_bytes(&plan), total_bytes = plan_total(&plan);
     RunRecord record = {.args = a, .data = &r->d, .plan_total = total_bytes, .plan_arena = arena_bytes,
                         .world = world, .argc = r->argc, .argv = r->argv};
@@ -285,7 +297,8 @@ static int run_train(Run *r, int *exit_code) {
     double total = base_parameters(cfg) + (spec.type == TUNE_FULL ? 0 : trainable);
     if (rank == 0) {
         printf("Trainable parameters: %.3f%% (%.3fM/%.3fM)\n", 100.0 * trainable / total, trainable / 1e6, total / 1e6);
-        if (a->epochs > 0) printf("Epochs: %g x %d batches = %d iterations\n", a->epochs, r->src.train.n_batches, iters);
+        if (a->epochs > 0)
+            printf("Epochs: %g x %d batches = %d iterations\n", a->epochs, r->src.train.n_batches, iters);
         fflush(stdout);
         TRY(dir_ensure(a->adapter_path));
         if (!a->resume) TRY(adapter_config_write(a, iters, a->adapter_path, spec.weight_dtype));
@@ -320,14 +333,14 @@ static int run_train(Run *r, int *exit_code) {
     uint64_t weights_id = 0;
     TRY(base_weights_id(a->model, &weights_id));
     char fingerprint[512];
-    snprintf(fingerprint, sizeof fingerprint,
-             "%s L%d C%d F%d H%d KV%d D%d V%d weights %016llx | %s layers %d rank %d keys %x | data %zu B%d A%d world %d "
-             "seed %llu %s",
-             cfg->model_type, cfg->num_hidden_layers, cfg->hidden_size, cfg->intermediate_size,
-             cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, cfg->vocab_size,
-             (unsigned long long)weights_id, a->fine_tune_type, spec.num_layers, spec.lora_rank,
-             spec.lora_keys, r->d.train.n, a->batch_size,
-             a->grad_accumulation_steps, world, (unsigned long long)a->seed, a->loss_normalization);
+    snprintf(
+        fingerprint, sizeof fingerprint,
+        "%s L%d C%d F%d H%d KV%d D%d V%d weights %016llx | %s layers %d rank %d keys %x | data %zu B%d A%d world %d "
+        "seed %llu %s",
+        cfg->model_type, cfg->num_hidden_layers, cfg->hidden_size, cfg->intermediate_size, cfg->num_attention_heads,
+        cfg->num_key_value_heads, cfg->head_dim, cfg->vocab_size, (unsigned long long)weights_id, a->fine_tune_type,
+        spec.num_layers, spec.lora_rank, spec.lora_keys, r->d.train.n, a->batch_size, a->grad_accumulation_steps, world,
+        (unsigned long long)a->seed, a->loss_normalization);
     tc.fingerprint = fingerprint;
     tc.arena = &r->arena;
     tc.plan_total = total_bytes;
@@ -342,7 +355,10 @@ static int run_train(Run *r, int *exit_code) {
     if (world > 1 && rank == 0 && res.updates > 0)
         printf("Gradient all-reduce: %.2f ms per update (%ld all-reduces, %.3f s in all)\n",
                1e3 * dist_comm_seconds() / (double)res.updates, dist_comm_calls(), dist_comm_seconds());
-    if (res.stop_signal) { *exit_code = 128 + res.stop_signal; return 0; }
+    if (res.stop_signal) {
+        *exit_code = 128 + res.stop_signal;
+        return 0;
+    }
     if (a->test) {
         log_info("Testing");
         double loss;
@@ -359,8 +375,14 @@ int cmd_train(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     train_args_default(&r.a);
     if (dist_init(&argc, &argv) < 0) die_with_error();
-    if (train_args_parse(&r.a, argc, argv) < 0) { train_args_free(&r.a); die_with_error(); }
-    if (r.a.parsed.help) { train_args_free(&r.a); return 0; }
+    if (train_args_parse(&r.a, argc, argv) < 0) {
+        train_args_free(&r.a);
+        die_with_error();
+    }
+    if (r.a.parsed.help) {
+        train_args_free(&r.a);
+        return 0;
+    }
     r.argc = argc;
     r.argv = argv;
     int exit_code = 0;

@@ -3,7 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct { const char *name; int (*run)(int, char **); const char *what; } commands[] = {
+static const struct {
+    const char *name;
+    int (*run)(int, char **);
+    const char *what;
+} commands[] = {
     {"train", cmd_train, "fine-tune with LoRA, DoRA or full fine-tuning (mlx_lm.lora flags)"},
     {"plan", cmd_plan, "print the exact memory plan of a training run, before loading any weight"},
     {"eval", cmd_eval, "test loss and perplexity of a model, with or without an adapter"},
@@ -21,8 +25,14 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 2; }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "lmtune: unknown command '%s'\n", argv[1]);

@@ -166,7 +166,11 @@ static json_t *record_json(const RunRecord *r) {
     json_object_set_new(j, "threads", json_integer(r->threads));
     json_object_set_new(j, "data", json_string(a->data));
     json_t *sets = json_array();
-    const struct { const char *split; const Dataset *d; bool have; } splits[3] = {
+    const struct {
+        const char *split;
+        const Dataset *d;
+        bool have;
+    } splits[3] = {
         {"train", &r->data->train, true},
         {"valid", &r->data->valid, r->data->have_valid},
         {"test", &r->data->test, r->data->have_test},

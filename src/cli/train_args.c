@@ -78,18 +78,29 @@
      "MLX's allocator cache: accepted, not used (lmtune plans one arena)", NULL, ARG_UNBOUNDED}, \
     {"trust-remote-code", 0, ARG_BOOL, OFF(trust_remote_code), NULL, "refused: lmtune runs no model code", NULL, \
      ARG_UNBOUNDED}, \
-    {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_UNBOUNDED}, \
-    {"epochs", 0, ARG_DOUBLE, OFF(epochs), "N", "train N passes over the data (sets --iters); 0: use --iters", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
-    {"max-grad-norm", 0, ARG_DOUBLE, OFF(max_grad_norm), "X", "clip the global gradient norm to X; 0: no clipping", NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
+    {"config", 'c', ARG_STRING, OFF(config), "FILE.yaml", \
+     "YAML file with any flag (underscored) and lora_parameters, lr_schedule, optimizer_config", NULL, ARG_UNBOUNDED}, \
+    {"epochs", 0, ARG_DOUBLE, OFF(epochs), "N", "train N passes over the data (sets --iters); 0: use --iters", NULL, \
+     ARG_AT_LEAST(0, "a non-negative number")}, \
+    {"max-grad-norm", 0, ARG_DOUBLE, OFF(max_grad_norm), "X", "clip the global gradient norm to X; 0: no clipping", \
+     NULL, ARG_AT_LEAST(0, "a non-negative number")}, \
     {"threads", 0, ARG_INT, OFF(threads), "N", "compute threads; 0: all cores", NULL, NONNEG}, \
-    {"metrics-file", 0, ARG_STRING, OFF(metrics_file), "FILE", "append one JSON line per report and evaluation", NULL, ARG_UNBOUNDED}, \
-    {"loss-normalization", 0, ARG_CHOICE, OFF(loss_normalization), "HOW", "mean of per-batch means (MLX-LM) or token-weighted over the update", "mean|tokens", ARG_UNBOUNDED}, \
-    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE", "refuse a run whose plan exceeds SIZE (8GB, 7.5GiB)", NULL, ARG_UNBOUNDED}, \
-    {"weights-dtype", 0, ARG_CHOICE, OFF(weights_dtype), "T", "dtype of the frozen weights in memory", "auto|f32|bf16", ARG_UNBOUNDED}, \
-    {"resume", 0, ARG_BOOL, OFF(resume), NULL, "continue exactly from the training state in --adapter-path", NULL, ARG_UNBOUNDED}, \
-    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", NULL, ARG_UNBOUNDED}, \
-    {"skip-bad-lines", 0, ARG_BOOL, OFF(skip_bad_lines), NULL, "skip malformed JSONL lines (counted) instead of failing", NULL, ARG_UNBOUNDED}, \
-    {"effective-batch-size", 0, ARG_INT, OFF(effective_batch_size), "N", "with --batch-size auto: rows per update to keep; 0: batch x accumulation", NULL, NONNEG},
+    {"metrics-file", 0, ARG_STRING, OFF(metrics_file), "FILE", "append one JSON line per report and evaluation", NULL, \
+     ARG_UNBOUNDED}, \
+    {"loss-normalization", 0, ARG_CHOICE, OFF(loss_normalization), "HOW", \
+     "mean of per-batch means (MLX-LM) or token-weighted over the update", "mean|tokens", ARG_UNBOUNDED}, \
+    {"memory-limit", 0, ARG_SIZE, OFF(memory_limit), "SIZE", "refuse a run whose plan exceeds SIZE (8GB, 7.5GiB)", \
+     NULL, ARG_UNBOUNDED}, \
+    {"weights-dtype", 0, ARG_CHOICE, OFF(weights_dtype), "T", "dtype of the frozen weights in memory", \
+     "auto|f32|bf16", ARG_UNBOUNDED}, \
+    {"resume", 0, ARG_BOOL, OFF(resume), NULL, "continue exactly from the training state in --adapter-path", NULL, \
+     ARG_UNBOUNDED}, \
+    {"chat-template", 0, ARG_STRING, OFF(chat_template), "FILE", "Jinja chat template instead of the tokenizer's", \
+     NULL, ARG_UNBOUNDED}, \
+    {"skip-bad-lines", 0, ARG_BOOL, OFF(skip_bad_lines), NULL, \
+     "skip malformed JSONL lines (counted) instead of failing", NULL, ARG_UNBOUNDED}, \
+    {"effective-batch-size", 0, ARG_INT, OFF(effective_batch_size), "N", \
+     "with --batch-size auto: rows per update to keep; 0: batch x accumulation", NULL, NONNEG},
 static const ArgSpec TRAIN_SPECS[] = {
     TRAIN_FLAG_ROWS
 };
@@ -124,7 +135,11 @@ static int yaml_number_list(const char *where, yaml_document_t *doc, yaml_node_t
     return 0;
 }
 
-typedef struct { const char *key; char kind; size_t offset; } FieldSpec;  /* kind: d double, b bool, i int, B betas pair, E eps pair, n nullable double */
+typedef struct {
+    const char *key;
+    char kind;
+    size_t offset;
+} FieldSpec; /* kind: d double, b bool, i int, B betas pair, E eps pair, n nullable double */
 
 static int yaml_fields(const char *file, const char *section, yaml_document_t *doc, yaml_node_t *map,
                        const FieldSpec *fields, size_t n_fields, void *base) {
@@ -141,7 +156,10 @@ static int yaml_fields(const char *file, const char *section, yaml_document_t *d
         const char *v = args_yaml_scalar(vn);
         switch (f->kind) {
         case 'n':
-            if (args_yaml_is_null(vn)) { *(double *)dst = NAN; break; }
+            if (args_yaml_is_null(vn)) {
+                *(double *)dst = NAN;
+                break;
+            }
             /* fall through */
         case 'd':
             if (!v) return error_set("%s: expected a number", where);
@@ -186,7 +204,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
                                      "linear layer of a block", where);
                 for (yaml_node_item_t *it = vn->data.sequence.items.start; it < vn->data.sequence.items.top; it++) {
                     const char *name = args_yaml_scalar(yaml_document_get_node(doc, *it));
-                    if (!name || strlen(name) >= sizeof a->lora.keys[0]) return error_set("%s: expected layer names such as self_attn.q_proj", where);
+                    if (!name || strlen(name) >= sizeof a->lora.keys[0])
+                        return error_set("%s: expected layer names such as self_attn.q_proj", where);
                     if (a->lora.n_keys == LORA_MAX_KEYS) return error_set("%s: at most %d keys", where, LORA_MAX_KEYS);
                     snprintf(a->lora.keys[a->lora.n_keys++], sizeof a->lora.keys[0], "%s", name);
                 }
@@ -199,11 +218,13 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
             } else if (k && !strcmp(k, "dropout")) {
                 if (!s) return error_set("%s: expected a number", where);
                 TRY(args_parse_double(where, s, &a->lora.dropout));
-                if (a->lora.dropout < 0 || a->lora.dropout >= 1) return error_set("%s: expected a number in [0, 1), got %s", where, s);
+                if (a->lora.dropout < 0 || a->lora.dropout >= 1)
+                    return error_set("%s: expected a number in [0, 1), got %s", where, s);
             } else if (k && !strcmp(k, "alpha")) {
                 return error_set("%s: lmtune follows MLX-LM and takes `scale` (PEFT alpha / rank), not alpha", where);
             } else {
-                return error_set("%s: lora_parameters: unknown key \"%s\" (rank, scale, dropout, keys)", file, k ? k : "?");
+                return error_set("%s: lora_parameters: unknown key \"%s\" (rank, scale, dropout, keys)", file,
+                                 k ? k : "?");
             }
         }
         return 1;
@@ -234,7 +255,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
                 if (!s) return error_set("%s: expected a number", where);
                 TRY(args_parse_double(where, s, &c->warmup_init));
             } else {
-                return error_set("%s: lr_schedule: unknown key \"%s\" (name, arguments, warmup, warmup_init)", file, k ? k : "?");
+                return error_set("%s: lr_schedule: unknown key \"%s\" (name, arguments, warmup, warmup_init)", file,
+                                 k ? k : "?");
             }
         }
         if (!have_name || !have_args) return error_set("%s: lr_schedule needs a name and arguments", file);
@@ -253,18 +275,22 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
         if (args_yaml_is_null(v)) return 1;
         if (v->type != YAML_MAPPING_NODE) return error_set("%s: optimizer_config: expected a mapping", file);
         OptimizerConfig *o = &a->optimizer_config;
-        static const FieldSpec ADAM[] = {
-            {"betas", 'B', offsetof(AdamConfig, betas)}, {"eps", 'd', offsetof(AdamConfig, eps)},
-            {"bias_correction", 'b', offsetof(AdamConfig, bias_correction)}, {"weight_decay", 'd', offsetof(AdamConfig, weight_decay)}};
+        static const FieldSpec ADAM[] = {{"betas", 'B', offsetof(AdamConfig, betas)},
+                                         {"eps", 'd', offsetof(AdamConfig, eps)},
+                                         {"bias_correction", 'b', offsetof(AdamConfig, bias_correction)},
+                                         {"weight_decay", 'd', offsetof(AdamConfig, weight_decay)}};
         static const FieldSpec SGD[] = {
             {"momentum", 'd', offsetof(SgdConfig, momentum)}, {"weight_decay", 'd', offsetof(SgdConfig, weight_decay)},
             {"dampening", 'd', offsetof(SgdConfig, dampening)}, {"nesterov", 'b', offsetof(SgdConfig, nesterov)}};
-        static const FieldSpec ADAFACTOR[] = {
-            {"learning_rate", 'n', offsetof(AdafactorConfig, learning_rate)}, {"eps", 'E', offsetof(AdafactorConfig, eps)},
-            {"clip_threshold", 'd', offsetof(AdafactorConfig, clip_threshold)}, {"decay_rate", 'd', offsetof(AdafactorConfig, decay_rate)},
-            {"beta_1", 'n', offsetof(AdafactorConfig, beta_1)}, {"weight_decay", 'd', offsetof(AdafactorConfig, weight_decay)},
-            {"scale_parameter", 'b', offsetof(AdafactorConfig, scale_parameter)}, {"relative_step", 'b', offsetof(AdafactorConfig, relative_step)},
-            {"warmup_init", 'b', offsetof(AdafactorConfig, warmup_init)}};
+        static const FieldSpec ADAFACTOR[] = {{"learning_rate", 'n', offsetof(AdafactorConfig, learning_rate)},
+                                              {"eps", 'E', offsetof(AdafactorConfig, eps)},
+                                              {"clip_threshold", 'd', offsetof(AdafactorConfig, clip_threshold)},
+                                              {"decay_rate", 'd', offsetof(AdafactorConfig, decay_rate)},
+                                              {"beta_1", 'n', offsetof(AdafactorConfig, beta_1)},
+                                              {"weight_decay", 'd', offsetof(AdafactorConfig, weight_decay)},
+                                              {"scale_parameter", 'b', offsetof(AdafactorConfig, scale_parameter)},
+                                              {"relative_step", 'b', offsetof(AdafactorConfig, relative_step)},
+                                              {"warmup_init", 'b', offsetof(AdafactorConfig, warmup_init)}};
         static const FieldSpec MUON[] = {
             {"momentum", 'd', offsetof(MuonConfig, momentum)},
             {"weight_decay", 'd', offsetof(MuonConfig, weight_decay)},
@@ -279,7 +305,8 @@ static int train_yaml_hook(void *opts, const char *file, const char *key, yaml_d
             if (k && !strcmp(k, "adam")) TRY(yaml_fields(file, section, doc, vn, ADAM, 3, &o->adam));
             else if (k && !strcmp(k, "adamw")) TRY(yaml_fields(file, section, doc, vn, ADAM, 4, &o->adamw));
             else if (k && !strcmp(k, "sgd")) TRY(yaml_fields(file, section, doc, vn, SGD, 4, &o->sgd));
-            else if (k && !strcmp(k, "adafactor")) TRY(yaml_fields(file, section, doc, vn, ADAFACTOR, 9, &o->adafactor));
+            else if (k && !strcmp(k, "adafactor"))
+                TRY(yaml_fields(file, section, doc, vn, ADAFACTOR, 9, &o->adafactor));
             else if (k && !strcmp(k, "muon")) TRY(yaml_fields(file, section, doc, vn, MUON, 4, &o->muon));
             else return error_set("%s: optimizer_config: unknown optimizer \"%s\" (adam, adamw, muon, sgd, adafactor)",
                                   file, k ? k : "?");
@@ -403,7 +430,8 @@ static int parse_with(const ArgTable *t, TrainArgs *a, int argc, char **argv) {
     if (a->num_layers == 0) a->num_layers = -1;   /* MLX-LM: 0 and -1 both mean all blocks */
     TRY(optimizer_kind_from_name(a->optimizer, &a->optimizer_config.kind));
     if (a->resume && a->resume_adapter_file)
-        return error_set("--resume and --resume-adapter-file both given: --resume continues the full state in --adapter-path");
+        return error_set(
+            "--resume and --resume-adapter-file both given: --resume continues the full state in --adapter-path");
     if (!a->model) return error_set("--model is required (a model directory)");
     a->model_name = a->model;
     TRY(args_resolve_model(&a->model));

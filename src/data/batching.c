@@ -26,7 +26,10 @@ static int n_batches_of(size_t n, int batch_size) { return (int)((n + (size_t)ba
 
 /* Example indices sorted by length; ties keep file order (a stable sort:
  * the key is the pair (length, index)). */
-typedef struct { size_t len; int index; } LengthKey;
+typedef struct {
+    size_t len;
+    int index;
+} LengthKey;
 static int by_length(const void *a, const void *b) {
     const LengthKey *x = a, *y = b;
     if (x->len != y->len) return x->len < y->len ? -1 : 1;
@@ -39,7 +42,10 @@ static int *sorted_indices(const Dataset *d, bool sorted) {
     for (size_t i = 0; i < d->n; i++) idx[i] = (int)i;
     if (!sorted || d->n < 2) return idx;
     LengthKey *keys = mem_calloc(d->n, sizeof *keys);
-    if (!keys) { mem_free(idx); return NULL; }
+    if (!keys) {
+        mem_free(idx);
+        return NULL;
+    }
     for (size_t i = 0; i < d->n; i++) keys[i] = (LengthKey){dataset_len(d, i), (int)i};
     qsort(keys, d->n, sizeof *keys, by_length);
     for (size_t i = 0; i < d->n; i++) idx[i] = keys[i].index;
@@ -72,7 +78,10 @@ int batch_distinct_widths(const Dataset *d, int batch_size, int max_seq_length) 
     for (size_t g = 0; g < d->n; g += (size_t)batch_size) {
         size_t end = g + (size_t)batch_size < d->n ? g + (size_t)batch_size : d->n;
         int w = padded_width(len[end - 1], max_seq_length);
-        if (w != last) { count++; last = w; }
+        if (w != last) {
+            count++;
+            last = w;
+        }
     }
     mem_free(len);
     return count;

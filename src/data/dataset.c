@@ -133,7 +133,10 @@ static int process_text(Loader *L, json_t *rec) {
     if (eos < 0) eos = L->o->eos_fallback;
     if (eos >= 0 && (n == 0 || ids[n - 1] != eos)) {
         int32_t *grown = mem_realloc(ids, (n + 1) * sizeof *ids);
-        if (!grown) { mem_free(ids); return L->fatal = true, -1; }
+        if (!grown) {
+            mem_free(ids);
+            return L->fatal = true, -1;
+        }
         ids = grown;
         ids[n++] = eos;
     }
@@ -177,7 +180,8 @@ static int process_completions(Loader *L, json_t *rec) {
     json_t *conv = json_pack("[o, o]", message("user", prompt), message("assistant", completion));
     json_t *user = L->o->mask_prompt ? json_pack("[o]", message("user", prompt)) : NULL;
     int rc;
-    if (!conv || (L->o->mask_prompt && !user)) rc = error_set("%s:%ld: out of memory", L->path, L->line_no), L->fatal = true;
+    if (!conv || (L->o->mask_prompt && !user))
+        rc = error_set("%s:%ld: out of memory", L->path, L->line_no), L->fatal = true;
     else rc = process_conversation(L, conv, tools, user, true);
     json_decref(conv);
     json_decref(user);
@@ -281,7 +285,10 @@ static void bad_line_summary(const Loader *L, char *buf, size_t size) {
 /* Loads PATH; an empty file (or only blank lines) gives n == 0 without error. */
 static int load_file(Dataset *d, const char *path, const Tokenizer *tok, const DatasetOptions *o) {
     DatasetOptions defaults;
-    if (!o) { dataset_options_default(&defaults); o = &defaults; }
+    if (!o) {
+        dataset_options_default(&defaults);
+        o = &defaults;
+    }
     memset(d, 0, sizeof *d);
     Loader L = {.d = d, .tok = tok, .o = o, .path = path};
     JsonlReader r;
@@ -297,7 +304,10 @@ static int load_file(Dataset *d, const char *path, const Tokenizer *tok, const D
         L.line_no = r.line_no;
         if (got < 0) goto done;
         if (got == JSONL_EOF) break;
-        if (got == JSONL_BAD) { if (bad_line(&L) < 0) goto done; continue; }
+        if (got == JSONL_BAD) {
+            if (bad_line(&L) < 0) goto done;
+            continue;
+        }
         if (process_line(&L, line, len) < 0 && (L.fatal || bad_line(&L) < 0)) goto done;
     }
     d->blank_lines = r.blank_lines;
@@ -340,7 +350,10 @@ int dataset_load_split(Dataset *d, const char *dir, const char *name, const Toke
     TRY_PTR(path);
     size_t k = strlen(path);
     char *file = mem_realloc(path, k + 7);
-    if (!file) { mem_free(path); return -1; }
+    if (!file) {
+        mem_free(path);
+        return -1;
+    }
     memcpy(file + k, ".jsonl", 7);
     int rc = file_exists(file) ? load_file(d, file, tok, o) : 0;
     if (rc == 0 && d->n == 0) {

@@ -28,7 +28,10 @@ int dist_init(int *argc, char ***argv) {
     log_set_quiet(g_rank != 0);   /* MLX-LM's rprint: rank 0 prints */
     return 0;
 }
-void dist_finalize(void) { if (g_inited) MPI_Finalize(); g_inited = 0; }
+void dist_finalize(void) {
+    if (g_inited) MPI_Finalize();
+    g_inited = 0;
+}
 int dist_rank(void) { return g_rank; }
 int dist_world(void) { return g_world; }
 int dist_all_sum_floats(float *x, size_t n) {
@@ -56,12 +59,24 @@ int dist_all_sum_doubles(double *x, size_t n) {
     return 0;
 }
 #else
-int dist_init(int *argc, char ***argv) { (void)argc; (void)argv; return 0; }
+int dist_init(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    return 0;
+}
 void dist_finalize(void) {}
 int dist_rank(void) { return 0; }
 int dist_world(void) { return 1; }
-int dist_all_sum_floats(float *x, size_t n) { (void)x; (void)n; return 0; }
-int dist_all_sum_doubles(double *x, size_t n) { (void)x; (void)n; return 0; }
+int dist_all_sum_floats(float *x, size_t n) {
+    (void)x;
+    (void)n;
+    return 0;
+}
+int dist_all_sum_doubles(double *x, size_t n) {
+    (void)x;
+    (void)n;
+    return 0;
+}
 #endif
 
 /* The model carves all gradients as one block (tensors at increasing

@@ -77,11 +77,21 @@ static void widen(GgufKV *kv, int t, const uint8_t *p) {
     memcpy(&u, p, scalar_size(t));
     kv->u = u;
     switch (t) {
-    case GGUF_TYPE_INT8: kv->i = (int8_t)u; break;
-    case GGUF_TYPE_INT16: kv->i = (int16_t)u; break;
-    case GGUF_TYPE_INT32: kv->i = (int32_t)u; break;
-    case GGUF_TYPE_INT64: kv->i = (int64_t)u; break;
-    default: kv->i = (int64_t)u; break;
+    case GGUF_TYPE_INT8:
+        kv->i = (int8_t)u;
+        break;
+    case GGUF_TYPE_INT16:
+        kv->i = (int16_t)u;
+        break;
+    case GGUF_TYPE_INT32:
+        kv->i = (int32_t)u;
+        break;
+    case GGUF_TYPE_INT64:
+        kv->i = (int64_t)u;
+        break;
+    default:
+        kv->i = (int64_t)u;
+        break;
     }
     if (t == GGUF_TYPE_FLOAT32) {
         float f;

@@ -36,12 +36,23 @@ static long utf8_first_error(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
-        size_t len; unsigned lo = 0x80, hi = 0xBF;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF;
         if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-        else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-        else return (long)i;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else
+            return (long)i;
         if (n - i < len) return (long)i;
         if (s[i + 1] < lo || s[i + 1] > hi) return (long)i;
         for (size_t k = 2; k < len; k++)
@@ -54,10 +65,16 @@ static long utf8_first_error(const unsigned char *s, size_t n) {
 static void free_tensors(StFile *f) {
     for (size_t i = 0; i < f->n_tensors; i++) mem_free(f->tensors[i].name);
     mem_free(f->tensors);
-    f->tensors = NULL; f->n_tensors = 0;
-    for (size_t i = 0; i < f->n_meta; i++) { mem_free(f->meta_keys[i]); mem_free(f->meta_values[i]); }
-    mem_free(f->meta_keys); mem_free(f->meta_values);
-    f->meta_keys = f->meta_values = NULL; f->n_meta = 0;
+    f->tensors = NULL;
+    f->n_tensors = 0;
+    for (size_t i = 0; i < f->n_meta; i++) {
+        mem_free(f->meta_keys[i]);
+        mem_free(f->meta_values[i]);
+    }
+    mem_free(f->meta_keys);
+    mem_free(f->meta_values);
+    f->meta_keys = f->meta_values = NULL;
+    f->n_meta = 0;
 }
 
 void st_close(StFile *f) {
@@ -84,7 +101,8 @@ static int parse_metadata(StFile *f, const json_t *meta) {
     f->meta_keys = mem_calloc(n ? n : 1, sizeof(char *));
     f->meta_values = mem_calloc(n ? n : 1, sizeof(char *));
     if (!f->meta_keys || !f->meta_values) return error_prefix("%s", f->path);
-    const char *key; json_t *val;
+    const char *key;
+    json_t *val;
     json_object_foreach((json_t *)meta, key, val) {
         if (!json_is_string(val))
             return error_set("%s: __metadata__: value of \"%s\" must be a string", f->path, key);
@@ -101,15 +119,19 @@ static int parse_metadata(StFile *f, const json_t *meta) {
 static int parse_entry(StFile *f, StTensor *t, const char *name, const json_t *e) {
     const char *p = f->path;
     if (!json_is_object(e)) return error_set("%s: tensor \"%s\": entry must be an object", p, name);
-    json_t *dt = json_object_get(e, "dtype"), *sh = json_object_get(e, "shape"), *off = json_object_get(e, "data_offsets");
+    json_t *dt = json_object_get(e, "dtype"), *sh = json_object_get(e, "shape"),
+           *off = json_object_get(e, "data_offsets");
     if (!dt) return error_set("%s: tensor \"%s\": missing field \"dtype\"", p, name);
     if (!json_is_string(dt)) return error_set("%s: tensor \"%s\": field \"dtype\" must be a string", p, name);
     if (dtype_from_name(json_string_value(dt), &t->dtype) < 0)
-        return error_set("%s: tensor \"%s\": unknown dtype \"%s\" (names are case-sensitive, e.g. F32, BF16)", p, name, json_string_value(dt));
+        return error_set("%s: tensor \"%s\": unknown dtype \"%s\" (names are case-sensitive, e.g. F32, BF16)", p, name,
+                         json_string_value(dt));
     if (!sh) return error_set("%s: tensor \"%s\": missing field \"shape\"", p, name);
-    if (!json_is_array(sh)) return error_set("%s: tensor \"%s\": field \"shape\" must be an array of non-negative integers", p, name);
+    if (!json_is_array(sh))
+        return error_set("%s: tensor \"%s\": field \"shape\" must be an array of non-negative integers", p, name);
     size_t rank = json_array_size(sh);
-    if (rank > ST_MAX_DIMS) return error_set("%s: tensor \"%s\": rank %zu is more than the supported %d", p, name, rank, ST_MAX_DIMS);
+    if (rank > ST_MAX_DIMS)
+        return error_set("%s: tensor \"%s\": rank %zu is more than the supported %d", p, name, rank, ST_MAX_DIMS);
     t->ndim = (int)rank;
     for (size_t i = 0; i < rank; i++) {
         size_t d;
@@ -121,8 +143,8 @@ static int parse_entry(StFile *f, StTensor *t, const char *name, const json_t *e
     if (!json_is_array(off))
         return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end]", p, name);
     if (json_array_size(off) != 2)
-        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end] (2 integers, got %zu)", p, name,
-                         json_array_size(off));
+        return error_set("%s: tensor \"%s\": field \"data_offsets\" must be [begin, end] (2 integers, got %zu)", p,
+                         name, json_array_size(off));
     if (!json_to_size(json_array_get(off, 0), &t->begin))
         return error_set("%s: tensor \"%s\": data_offsets[0] must be a non-negative integer", p, name);
     if (!json_to_size(json_array_get(off, 1), &t->end))
@@ -162,15 +184,20 @@ static int validate_offsets(StFile *f, size_t *data_end) {
         if (t->end < t->begin)
             rc = error_set("%s: tensor \"%s\": data_offsets end %zu < begin %zu", p, t->name, t->end, t->begin);
         else if (prev && t->begin == prev->begin && t->end == prev->end && t->end > t->begin)
-            rc = error_set("%s: tensors \"%s\" and \"%s\" share the byte range [%zu, %zu)", p, prev->name, t->name, t->begin, t->end);
+            rc = error_set("%s: tensors \"%s\" and \"%s\" share the byte range [%zu, %zu)", p, prev->name, t->name,
+                           t->begin, t->end);
         else if (t->begin < start)
             rc = error_set("%s: tensor \"%s\": data_offsets [%zu, %zu) overlap tensor \"%s\" [%zu, %zu)", p, t->name,
                            t->begin, t->end, prev->name, prev->begin, prev->end);
         else if (t->begin > start) {
-            if (prev) rc = error_set("%s: tensor \"%s\": data_offsets begin %zu leaves a gap after tensor \"%s\" which ends at %zu",
-                                     p, t->name, t->begin, prev->name, start);
-            else rc = error_set("%s: tensor \"%s\": data_offsets begin %zu leaves a gap at the start of the data (the first tensor must begin at 0)",
-                                p, t->name, t->begin);
+            if (prev)
+                rc = error_set(
+                    "%s: tensor \"%s\": data_offsets begin %zu leaves a gap after tensor \"%s\" which ends at %zu", p,
+                    t->name, t->begin, prev->name, start);
+            else
+                rc = error_set("%s: tensor \"%s\": data_offsets begin %zu leaves a gap at the start of the data (the "
+                               "first tensor must begin at 0)",
+                               p, t->name, t->begin);
         }
         if (rc) break;
         start = t->end;
@@ -186,14 +213,14 @@ static int validate_offsets(StFile *f, size_t *data_end) {
         }
         t->nelem = nelem;
         if (nbits % 8 != 0) {
-            rc = error_set("%s: tensor \"%s\": %zu elements of %s (%d bits each) are not a whole number of bytes", p, t->name,
-                           nelem, dtype_name(t->dtype), dtype_bits(t->dtype));
+            rc = error_set("%s: tensor \"%s\": %zu elements of %s (%d bits each) are not a whole number of bytes", p,
+                           t->name, nelem, dtype_name(t->dtype), dtype_bits(t->dtype));
             break;
         }
         if (t->end - t->begin != nbits / 8)
-            rc = error_set("%s: tensor \"%s\": data_offsets [%zu, %zu) hold %zu bytes but shape %s of %s needs %zu", p, t->name,
-                           t->begin, t->end, t->end - t->begin, st_format_shape(sbuf, sizeof sbuf, t->ndim, t->shape),
-                           dtype_name(t->dtype), nbits / 8);
+            rc = error_set("%s: tensor \"%s\": data_offsets [%zu, %zu) hold %zu bytes but shape %s of %s needs %zu", p,
+                           t->name, t->begin, t->end, t->end - t->begin,
+                           st_format_shape(sbuf, sizeof sbuf, t->ndim, t->shape), dtype_name(t->dtype), nbits / 8);
     }
     mem_free(order);
     *data_end = start;
@@ -227,8 +254,12 @@ static int parse_header(StFile *f, const unsigned char *header, size_t n, size_t
     }
     size_t count = json_object_size(root);
     f->tensors = mem_calloc(count ? count : 1, sizeof *f->tensors);
-    if (!f->tensors) { rc = error_prefix("%s", p); goto done; }
-    const char *key; json_t *val;
+    if (!f->tensors) {
+        rc = error_prefix("%s", p);
+        goto done;
+    }
+    const char *key;
+    json_t *val;
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") == 0) rc = parse_metadata(f, val);
         else {
@@ -240,7 +271,8 @@ static int parse_header(StFile *f, const unsigned char *header, size_t n, size_t
     size_t data_end = 0, total = 0;
     if ((rc = validate_offsets(f, &data_end)) != 0) goto done;
     if (!size_add(data_end, 8 + n, &total) || total != file_size) {
-        rc = error_set("%s: the data should end at byte %zu (8 + header %zu + last tensor end %zu) but the file has %zu bytes (%s)",
+        rc = error_set("%s: the data should end at byte %zu (8 + header %zu + last tensor end %zu) but the file has "
+                       "%zu bytes (%s)",
                        p, total, n, data_end, file_size, total < file_size ? "trailing bytes" : "file is truncated");
         goto done;
     }
@@ -262,10 +294,12 @@ static int check_header_length(const char *p, const unsigned char *first8, size_
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | first8[i];
     if (n > ST_MAX_HEADER)
-        return error_set("%s: header length %llu exceeds the limit of %llu bytes", p, (unsigned long long)n, ST_MAX_HEADER);
+        return error_set("%s: header length %llu exceeds the limit of %llu bytes", p, (unsigned long long)n,
+                         ST_MAX_HEADER);
     size_t stop;
     if (!size_add((size_t)n, 8, &stop) || stop > file_size)
-        return error_set("%s: header length %llu runs past the end of the file (%zu bytes)", p, (unsigned long long)n, file_size);
+        return error_set("%s: header length %llu runs past the end of the file (%zu bytes)", p, (unsigned long long)n,
+                         file_size);
     *n_out = (size_t)n;
     return 0;
 }
@@ -274,10 +308,16 @@ int st_open(StFile *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->path = mem_strdup(path);
     if (!f->path) return -1;
-    if (file_map(&f->map, path) < 0) { st_close(f); return -1; }
+    if (file_map(&f->map, path) < 0) {
+        st_close(f);
+        return -1;
+    }
     size_t n;
     if (check_header_length(path, f->map.data, f->map.size, &n) < 0 ||
-        parse_header(f, f->map.data + 8, n, f->map.size) < 0) { st_close(f); return error_one_line(); }
+        parse_header(f, f->map.data + 8, n, f->map.size) < 0) {
+        st_close(f);
+        return error_one_line();
+    }
     f->header_len = n;
     const unsigned char *buffer = f->map.data + 8 + n;
     for (size_t i = 0; i < f->n_tensors; i++) f->tensors[i].data = buffer + f->tensors[i].begin;
@@ -300,7 +340,11 @@ int st_open_header(StFile *f, const char *path) {
     f->path = mem_strdup(path);
     if (!f->path) return -1;
     int fd = open(path, O_RDONLY);
-    if (fd < 0) { error_set("%s: cannot open: %s", path, strerror(errno)); st_close(f); return -1; }
+    if (fd < 0) {
+        error_set("%s: cannot open: %s", path, strerror(errno));
+        st_close(f);
+        return -1;
+    }
     struct stat st;
     unsigned char first8[8] = {0}, *header = NULL;
     size_t n = 0, size = 0;
@@ -308,14 +352,18 @@ int st_open_header(StFile *f, const char *path) {
     if (fstat(fd, &st) < 0) rc = error_set("%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode)) rc = error_set("%s: not a regular file", path);
     else size = (size_t)st.st_size;
-    if (!rc && size >= 8 && read_exact(fd, first8, 8, 0) < 0) rc = error_set("%s: read error: %s", path, strerror(errno));
+    if (!rc && size >= 8 && read_exact(fd, first8, 8, 0) < 0)
+        rc = error_set("%s: read error: %s", path, strerror(errno));
     if (!rc) rc = check_header_length(path, first8, size, &n);
     if (!rc && !(header = mem_alloc(n))) rc = error_prefix("%s", path);
     if (!rc && read_exact(fd, header, n, 8) < 0) rc = error_set("%s: read error: %s", path, strerror(errno));
     close(fd);
     if (!rc) rc = parse_header(f, header, n, size);
     mem_free(header);
-    if (rc) { st_close(f); return error_one_line(); }
+    if (rc) {
+        st_close(f);
+        return error_one_line();
+    }
     f->header_len = n;
     return 0;
 }
@@ -326,7 +374,10 @@ const StTensor *st_find(const StFile *f, const char *name) {
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(f->tensors[mid].name, name);
         if (c == 0) return &f->tensors[mid];
-        if (c < 0) lo = mid + 1; else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -341,12 +392,34 @@ size_t st_tensor_count_nonfinite(const StTensor *t) {
     if (!t->data) return 0;
     size_t bad = 0;
     switch (t->dtype) {
-    case DTYPE_F32: for (size_t i = 0; i < t->nelem; i++) { float x; memcpy(&x, (const char *)t->data + 4 * i, 4); bad += !isfinite(x); } break;
-    case DTYPE_F64: for (size_t i = 0; i < t->nelem; i++) { double x; memcpy(&x, (const char *)t->data + 8 * i, 8); bad += !isfinite(x); } break;
+    case DTYPE_F32:
+        for (size_t i = 0; i < t->nelem; i++) {
+            float x;
+            memcpy(&x, (const char *)t->data + 4 * i, 4);
+            bad += !isfinite(x);
+        }
+        break;
+    case DTYPE_F64:
+        for (size_t i = 0; i < t->nelem; i++) {
+            double x;
+            memcpy(&x, (const char *)t->data + 8 * i, 8);
+            bad += !isfinite(x);
+        }
+        break;
     case DTYPE_BF16: /* exponent all ones: Inf or NaN */
-        for (size_t i = 0; i < t->nelem; i++) { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); bad += (h & 0x7f80) == 0x7f80; } break;
+        for (size_t i = 0; i < t->nelem; i++) {
+            uint16_t h;
+            memcpy(&h, (const char *)t->data + 2 * i, 2);
+            bad += (h & 0x7f80) == 0x7f80;
+        }
+        break;
     case DTYPE_F16:
-        for (size_t i = 0; i < t->nelem; i++) { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); bad += (h & 0x7c00) == 0x7c00; } break;
+        for (size_t i = 0; i < t->nelem; i++) {
+            uint16_t h;
+            memcpy(&h, (const char *)t->data + 2 * i, 2);
+            bad += (h & 0x7c00) == 0x7c00;
+        }
+        break;
     default: break;
     }
     return bad;

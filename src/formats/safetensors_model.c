@@ -24,7 +24,10 @@ void st_model_close(StModel *m) {
 const StTensor *st_model_find_in(const StModel *m, const char *name, const StFile **file) {
     for (size_t i = 0; i < m->n_files; i++) {
         const StTensor *t = st_find(&m->files[i], name);
-        if (t) { if (file) *file = &m->files[i]; return t; }
+        if (t) {
+            if (file) *file = &m->files[i];
+            return t;
+        }
     }
     if (file) *file = NULL;
     return NULL;
@@ -38,7 +41,10 @@ static int open_one(StFile *f, const char *path, bool header_only) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-typedef struct { const char *name; size_t file; } NameAt;
+typedef struct {
+    const char *name;
+    size_t file;
+} NameAt;
 static int cmp_name_at(const void *a, const void *b) {
     const NameAt *x = a, *y = b;
     int c = strcmp(x->name, y->name);
@@ -71,21 +77,37 @@ static int open_sharded(StModel *m, const char *index_path, bool header_only) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     mem_free(text);
-    if (!root) return error_set("%s: not valid JSON: %s (line %d, column %d)", index_path, jerr.text, jerr.line, jerr.column);
+    if (!root)
+        return error_set("%s: not valid JSON: %s (line %d, column %d)", index_path, jerr.text, jerr.line, jerr.column);
     int rc = 0;
     char **shards = NULL;
     size_t n_shards = 0;
     json_t *map = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
-    if (!json_is_object(map)) { rc = error_set("%s: missing object field \"weight_map\"", index_path); goto done; }
-    if (json_object_size(map) == 0) { rc = error_set("%s: \"weight_map\" is empty", index_path); goto done; }
+    if (!json_is_object(map)) {
+        rc = error_set("%s: missing object field \"weight_map\"", index_path);
+        goto done;
+    }
+    if (json_object_size(map) == 0) {
+        rc = error_set("%s: \"weight_map\" is empty", index_path);
+        goto done;
+    }
     shards = mem_calloc(json_object_size(map), sizeof *shards);
-    if (!shards) { rc = error_prefix("%s", index_path); goto done; }
-    const char *name; json_t *val;
+    if (!shards) {
+        rc = error_prefix("%s", index_path);
+        goto done;
+    }
+    const char *name;
+    json_t *val;
     json_object_foreach(map, name, val) {
         const char *s = json_string_value(val);
-        if (!s || !*s) { rc = error_set("%s: weight_map: tensor \"%s\": the shard must be a non-empty string", index_path, name); goto done; }
+        if (!s || !*s) {
+            rc = error_set("%s: weight_map: tensor \"%s\": the shard must be a non-empty string", index_path, name);
+            goto done;
+        }
         if (strchr(s, '/') || strcmp(s, "..") == 0 || strcmp(s, ".") == 0) {
-            rc = error_set("%s: weight_map: tensor \"%s\": shard \"%s\" must be a plain file name in the model directory", index_path, name, s);
+            rc = error_set(
+                "%s: weight_map: tensor \"%s\": shard \"%s\" must be a plain file name in the model directory",
+                index_path, name, s);
             goto done;
         }
         shards[n_shards++] = (char *)s;
@@ -96,10 +118,16 @@ static int open_sharded(StModel *m, const char *index_path, bool header_only) {
     for (size_t i = 0; i < n_shards; i++)
         if (distinct == 0 || strcmp(shards[distinct - 1], shards[i]) != 0) shards[distinct++] = shards[i];
     m->files = mem_calloc(distinct, sizeof *m->files);
-    if (!m->files) { rc = error_prefix("%s", index_path); goto done; }
+    if (!m->files) {
+        rc = error_prefix("%s", index_path);
+        goto done;
+    }
     for (size_t i = 0; i < distinct && !rc; i++) {
         char *path = path_join(m->dir, shards[i]);
-        if (!path) { rc = error_prefix("%s", index_path); break; }
+        if (!path) {
+            rc = error_prefix("%s", index_path);
+            break;
+        }
         if (!file_exists(path)) rc = error_set("%s: shard \"%s\" does not exist (%s)", index_path, shards[i], path);
         else if (open_one(&m->files[i], path, header_only) < 0) rc = -1;
         else m->n_files = i + 1;
@@ -110,9 +138,16 @@ static int open_sharded(StModel *m, const char *index_path, bool header_only) {
     json_object_foreach(map, name, val) {
         const char *s = json_string_value(val);
         size_t lo = 0, hi = distinct;
-        while (lo < hi) { size_t mid = (lo + hi) / 2; if (strcmp(shards[mid], s) < 0) lo = mid + 1; else hi = mid; }
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (strcmp(shards[mid], s) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
         if (!st_find(&m->files[lo], name)) {
-            rc = error_set("%s: tensor \"%s\" is listed in shard \"%s\" but that file does not contain it", index_path, name, s);
+            rc = error_set("%s: tensor \"%s\" is listed in shard \"%s\" but that file does not contain it", index_path,
+                           name, s);
             goto done;
         }
     }
@@ -140,7 +175,10 @@ int st_model_open(StModel *m, const char *dir, bool header_only) {
     else rc = error_set("%s: no model.safetensors or model.safetensors.index.json in the model directory", dir);
     mem_free(single);
     mem_free(index);
-    if (rc) { st_model_close(m); return error_one_line(); }
+    if (rc) {
+        st_model_close(m);
+        return error_one_line();
+    }
     return 0;
 }
 
@@ -159,6 +197,7 @@ int st_model_expect(const StModel *m, const char *name, int ndim, const int64_t 
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same)
         return error_set("%s: tensor \"%s\": shape %s but config.json implies %s", file->path, name,
-                         st_format_shape(got, sizeof got, t->ndim, t->shape), st_format_shape(want, sizeof want, ndim, shape));
+                         st_format_shape(got, sizeof got, t->ndim, t->shape),
+                         st_format_shape(want, sizeof want, ndim, shape));
     return 0;
 }

@@ -55,12 +55,12 @@ static inline v16i codes16(const uint8_t *row, int bits, size_t i) {
 #endif
 }
 
-/* 16 floats rounded to the nearest-even bf16, kept as floats. */
+/* 16 floats rounded to bf16 by the rule of f32_to_bf16 (base/dtype.h,
+ * LT_BF16_ROUND), kept as floats: the bf16 bits moved back to the top half. */
 static inline v16 round16_bf16(v16 x) {
     v16w u = (v16w)x;
-    v16w rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     v16w nan = (v16w)((u & 0x7fffffffu) > 0x7f800000u);
-    return (v16)((rounded & ~nan) | (((u >> 16) | 0x40u) << 16 & nan));
+    return (v16)(LT_BF16_ROUND(u, nan) << 16);
 }
 
 #endif

@@ -85,7 +85,8 @@ static void plain_expand(const FrozenWeight *w, int r0, int nr, int c0, int nc, 
     for (int r = 0; r < nr; r++) {
         const char *src = (const char *)w->data + ((size_t)(r0 + r) * (size_t)w->cols + (size_t)c0) * es;
         char *d = (char *)dst + (size_t)r * ld * eo;
-        if (out == DTYPE_F32 && w->dtype == DTYPE_BF16) matmul_bf16_to_f32((float *)d, (const uint16_t *)src, (size_t)nc);
+        if (out == DTYPE_F32 && w->dtype == DTYPE_BF16)
+            matmul_bf16_to_f32((float *)d, (const uint16_t *)src, (size_t)nc);
         else if (out == DTYPE_F32) dtype_to_f32((float *)d, src, w->dtype, (size_t)nc);
         else if (w->dtype == DTYPE_BF16) memcpy(d, src, (size_t)nc * 2);
         else if (w->dtype == DTYPE_F32) matmul_f32_to_bf16((uint16_t *)d, (const float *)src, (size_t)nc);

@@ -24,7 +24,8 @@ int plan_note(MemPlan *p, MemClass c, const char *name, size_t bytes, bool in_ar
         size_t cap = p->cap ? p->cap * 2 : 64;
         PlanEntry *e = mem_realloc(p->entries, cap * sizeof *e);
         if (!e) return -1;
-        p->entries = e; p->cap = cap;
+        p->entries = e;
+        p->cap = cap;
     }
     PlanEntry *e = &p->entries[p->n++];
     e->cls = c;
@@ -34,7 +35,11 @@ int plan_note(MemPlan *p, MemClass c, const char *name, size_t bytes, bool in_ar
     return 0;
 }
 
-size_t plan_total(const MemPlan *p) { size_t s = 0; for (size_t i = 0; i < p->n; i++) s += p->entries[i].bytes; return s; }
+size_t plan_total(const MemPlan *p) {
+    size_t s = 0;
+    for (size_t i = 0; i < p->n; i++) s += p->entries[i].bytes;
+    return s;
+}
 
 int plan_note_startup_peak(MemPlan *p) {
     size_t peak = plan_class_bytes(p, MEM_RUNTIME) + plan_class_bytes(p, MEM_DATASET) + matmul_probe()->rss_above_end;
@@ -43,10 +48,16 @@ int plan_note_startup_peak(MemPlan *p) {
     return plan_note(p, MEM_RUNTIME, "start-up probes' peak above the run's (measured)", peak - total, false);
 }
 size_t plan_arena_bytes(const MemPlan *p) {
-    size_t s = 0; for (size_t i = 0; i < p->n; i++) if (p->entries[i].in_arena) s += p->entries[i].bytes; return s;
+    size_t s = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].in_arena) s += p->entries[i].bytes;
+    return s;
 }
 size_t plan_class_bytes(const MemPlan *p, MemClass c) {
-    size_t s = 0; for (size_t i = 0; i < p->n; i++) if (p->entries[i].cls == c) s += p->entries[i].bytes; return s;
+    size_t s = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].cls == c) s += p->entries[i].bytes;
+    return s;
 }
 void plan_free(MemPlan *p) {
     mem_free(p->entries);

@@ -31,7 +31,11 @@ size_t run_baseline_now(const RunInputs *in) {
 int run_max_width(const RunShape *a, const RunInputs *in) {
     int w = batch_max_width(in->train, a->batch_size, a->max_seq_length);
     const Dataset *other[2] = {in->valid, a->test ? in->test : NULL};
-    for (int i = 0; i < 2; i++) if (other[i]) { int v = batch_max_width(other[i], a->batch_size, a->max_seq_length); if (v > w) w = v; }
+    for (int i = 0; i < 2; i++)
+        if (other[i]) {
+            int v = batch_max_width(other[i], a->batch_size, a->max_seq_length);
+            if (v > w) w = v;
+        }
     return w;
 }
 
@@ -150,11 +154,14 @@ int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, Mod
         TRY(plan_note(plan, MEM_LIBRARY, "MPI all-reduce working buffer (one chunk)", grads < chunk ? grads : chunk,
                       false));
     }
-    TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline, false));
+    TRY(plan_note(plan, MEM_RUNTIME, "process baseline (code, libraries, tokenizer, heap), measured", in->baseline,
+                  false));
     return plan_note_startup_peak(plan);
 }
 
-static const char *tune_name(TuneType t) { return t == TUNE_LORA ? "LoRA" : t == TUNE_DORA ? "DoRA" : t == TUNE_FULL ? "full" : "none"; }
+static const char *tune_name(TuneType t) {
+    return t == TUNE_LORA ? "LoRA" : t == TUNE_DORA ? "DoRA" : t == TUNE_FULL ? "full" : "none";
+}
 
 void run_plan_print(const RunShape *a, const ModelSpec *spec, const MemPlan *plan, bool verbose, FILE *out) {
     char b[32];
@@ -169,7 +176,8 @@ void run_plan_print(const RunShape *a, const ModelSpec *spec, const MemPlan *pla
 
 /* Total of the plan for a variant of the arguments; 0 when it cannot be built. */
 size_t run_plan_total(const RunShape *v, const RunInputs *in) {
-    MemPlan p; ModelSpec s;
+    MemPlan p;
+    ModelSpec s;
     size_t t = run_plan_build(v, in, &p, &s) == 0 ? plan_total(&p) : 0;
     plan_free(&p);
     error_clear();
@@ -251,7 +259,8 @@ int run_check_limit(const RunShape *a, const RunInputs *in, const MemPlan *plan)
         int best = 0;
         for (int c = 1; c < MEM_CLASS_COUNT; c++) if (cls[c] > cls[best]) best = c;
         if (!cls[best]) break;
-        k += (size_t)snprintf(msg + k, sizeof msg - k, "%s %s %s", r ? "," : "", mem_class_name((MemClass)best), format_bytes(b1, sizeof b1, cls[best]));
+        k += (size_t)snprintf(msg + k, sizeof msg - k, "%s %s %s", r ? "," : "", mem_class_name((MemClass)best),
+                              format_bytes(b1, sizeof b1, cls[best]));
         cls[best] = 0;
     }
     k += (size_t)snprintf(msg + k, sizeof msg - k, ". Levers (planned total with each):");

@@ -46,21 +46,33 @@ int adapter_load_file(Model *m, const char *file, bool strict) {
         const StTensor *t = &f.tensors[i];
         size_t j = 0;
         while (j < n && strcmp(tt[j].name, t->name)) j++;
-        if (j == n) { error_set("Adapter at %s contains incompatible tensors:\n  %s: not an adapter parameter in the model", file, t->name); goto out; }
+        if (j == n) {
+            error_set("Adapter at %s contains incompatible tensors:\n  %s: not an adapter parameter in the model", file,
+                      t->name);
+            goto out;
+        }
         bool same = t->ndim == tt[j].ndim && t->nelem == tt[j].numel;
         for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == tt[j].shape[d];
         if (!same || (t->dtype != DTYPE_F32 && t->dtype != DTYPE_BF16 && t->dtype != DTYPE_F16)) {
             char got[64] = "", want[64] = "";
-            for (int d = 0; d < t->ndim; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            for (int d = 0; d < tt[j].ndim; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)tt[j].shape[d]);
-            error_set("Adapter at %s contains incompatible tensors:\n  %s: adapter shape (%s) does not match model parameter shape (%s)", file, t->name, got, want);
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            for (int d = 0; d < tt[j].ndim; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+                         (long long)tt[j].shape[d]);
+            error_set("Adapter at %s contains incompatible tensors:\n  %s: adapter shape (%s) does not match model "
+                      "parameter shape (%s)",
+                      file, t->name, got, want);
             goto out;
         }
     }
     for (size_t j = 0; j < n; j++) {
         const StTensor *t = st_find(&f, tt[j].name);
         if (!t) {
-            if (strict) { error_set("%s: missing adapter tensor %s", file, tt[j].name); goto out; }
+            if (strict) {
+                error_set("%s: missing adapter tensor %s", file, tt[j].name);
+                goto out;
+            }
             continue;
         }
         dtype_to_f32(tt[j].value, t->data, t->dtype, tt[j].numel);
@@ -117,12 +129,20 @@ int model_open_inference(Model **out, Arena *arena, const char *model_dir, const
     size_t bytes = plan_arena_bytes(&plan);
     plan_free(&plan);
     TRY(arena_init(arena, bytes));
-    if (model_load(out, model_dir, &spec, arena) < 0) { arena_free(arena); return -1; }
+    if (model_load(out, model_dir, &spec, arena) < 0) {
+        arena_free(arena);
+        return -1;
+    }
     if (adapter_dir) {
         char *file = path_join(adapter_dir, "adapters.safetensors");
         int lrc = file ? adapter_load_file(*out, file, true) : -1;
         mem_free(file);
-        if (lrc < 0) { model_free(*out); *out = NULL; arena_free(arena); return -1; }
+        if (lrc < 0) {
+            model_free(*out);
+            *out = NULL;
+            arena_free(arena);
+            return -1;
+        }
     }
     return 0;
 }

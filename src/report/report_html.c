@@ -360,9 +360,13 @@ static void write_loss(FILE *f, const Series *s) {
     fputs("<div class=\"switch\"><span>x axis: <label for=\"x-it\">iterations</label> "
           "<label for=\"x-tok\">trained tokens</label></span><span>y axis: <label for=\"y-log\">log scale</label>"
           "</span></div>\n<div class=\"loss\">\n", f);
-    static const struct { const char *name, *cls; bool tokens, log; } views[] = {
-        {"loss-iteration-linear", "it-lin", false, false}, {"loss-iteration-log", "it-log", false, true},
-        {"loss-tokens-linear", "tok-lin", true, false}, {"loss-tokens-log", "tok-log", true, true}};
+    static const struct {
+        const char *name, *cls;
+        bool tokens, log;
+    } views[] = {{"loss-iteration-linear", "it-lin", false, false},
+                 {"loss-iteration-log", "it-log", false, true},
+                 {"loss-tokens-linear", "tok-lin", true, false},
+                 {"loss-tokens-log", "tok-log", true, true}};
     for (size_t v = 0; v < 4; v++) {
         Chart c = chart(views[v].name, "Train and validation loss", views[v].tokens ? "trained tokens" :
                         "iteration", "cross-entropy (nats per token)", 1086);

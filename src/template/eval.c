@@ -23,18 +23,27 @@ static int exec_block(Ctx *c, Scope *s, Node *const *list, size_t n, Buf *out);
 static void scope_free(Scope *s) {
     for (size_t i = 0; i < s->n; i++) v_free(&s->vars[i].v);
     mem_free(s->vars);
-    s->vars = NULL; s->n = s->cap = 0;
+    s->vars = NULL;
+    s->n = s->cap = 0;
 }
 
 /* Sets name in this scope; takes the value. */
 static int scope_set(Scope *s, const char *name, Value v) {
     for (size_t i = 0; i < s->n; i++)
-        if (!strcmp(s->vars[i].name, name)) { v_free(&s->vars[i].v); s->vars[i].v = v; return 0; }
+        if (!strcmp(s->vars[i].name, name)) {
+            v_free(&s->vars[i].v);
+            s->vars[i].v = v;
+            return 0;
+        }
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 8;
         Var *nv = mem_realloc(s->vars, cap * sizeof(Var));
-        if (!nv) { v_free(&v); return -1; }
-        s->vars = nv; s->cap = cap;
+        if (!nv) {
+            v_free(&v);
+            return -1;
+        }
+        s->vars = nv;
+        s->cap = cap;
     }
     s->vars[s->n++] = (Var){name, v};
     return 0;
@@ -46,8 +55,14 @@ static Value lookup(Ctx *c, Scope *s, const char *name) {
             if (!strcmp(s->vars[i].name, name)) return v_copy(s->vars[i].v);
     json_t *j = c->context ? json_object_get(c->context, name) : NULL;
     if (j) return v_json(json_incref(j));
-    static const struct { const char *name; int fn; } builtins[] = {
-        {"raise_exception", F_RAISE}, {"range", F_RANGE}, {"namespace", F_NAMESPACE}, {"strftime_now", F_STRFTIME},
+    static const struct {
+        const char *name;
+        int fn;
+    } builtins[] = {
+        {"raise_exception", F_RAISE},
+        {"range", F_RANGE},
+        {"namespace", F_NAMESPACE},
+        {"strftime_now", F_STRFTIME},
     };
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
         if (!strcmp(name, builtins[i].name)) return (Value){.k = V_FUNC, .fn = builtins[i].fn};
@@ -75,14 +90,23 @@ static Value make_string(Ctx *c, const Node *at, const char *s, size_t n) {
 static int eval_args(Ctx *c, Scope *s, const Node *at, Node *const *list, size_t n, Args *a) {
     a->npos = a->nkw = 0;
     for (size_t i = 0; i < n; i++) {
-        if (a->npos + a->nkw >= CT_MAX_ARGS) { args_free(a); return rt_error(c, at, "more than %d arguments", CT_MAX_ARGS); }
+        if (a->npos + a->nkw >= CT_MAX_ARGS) {
+            args_free(a);
+            return rt_error(c, at, "more than %d arguments", CT_MAX_ARGS);
+        }
         const Node *e = list[i];
         if (e->kind == E_KWARG) {
             a->kw[a->nkw] = e->str;
-            if (eval(c, s, e->a, &a->kwv[a->nkw]) < 0) { args_free(a); return -1; }
+            if (eval(c, s, e->a, &a->kwv[a->nkw]) < 0) {
+                args_free(a);
+                return -1;
+            }
             a->nkw++;
         } else {
-            if (eval(c, s, e, &a->pos[a->npos]) < 0) { args_free(a); return -1; }
+            if (eval(c, s, e, &a->pos[a->npos]) < 0) {
+                args_free(a);
+                return -1;
+            }
             a->npos++;
         }
     }
@@ -113,7 +137,8 @@ static int get_member(Ctx *c, const Node *at, Value obj, Value prop, Value *out)
                 if (idx >= 0 && idx < n) *out = v_json(json_incref(json_array_get(obj.j, (size_t)idx)));
                 return 0;
             }
-            const char *s = v_str(obj); size_t n = v_len(obj);
+            const char *s = v_str(obj);
+            size_t n = v_len(obj);
             long long cps = (long long)utf8_len(s, n);
             if (idx < 0) idx += cps;
             if (idx < 0 || idx >= cps) return 0;
@@ -139,8 +164,10 @@ static int eval_slice(Ctx *c, Scope *s, const Node *e, Value obj, Value *out) {
         if (!e->list[k]) continue;
         Value v;
         TRY(eval(c, s, e->list[k], &v));
-        if (v_is_int(v)) { part[k] = json_integer_value(v.j); given[k] = true; }
-        else if (!(v.k == V_UNDEF || (v.k == V_JSON && json_is_null(v.j)))) {
+        if (v_is_int(v)) {
+            part[k] = json_integer_value(v.j);
+            given[k] = true;
+        } else if (!(v.k == V_UNDEF || (v.k == V_JSON && json_is_null(v.j)))) {
             v_free(&v);
             return rt_error(c, e, "slice indices must be integers");
         }
@@ -158,7 +185,10 @@ static int eval_slice(Ctx *c, Scope *s, const Node *e, Value obj, Value *out) {
         offs = mem_alloc(((size_t)n + 1) * sizeof(size_t));
         if (!offs) return -1;
         size_t i = 0;
-        for (long long k = 0; k < n; k++) { offs[k] = i; i = utf8_next(str, slen, i); }
+        for (long long k = 0; k < n; k++) {
+            offs[k] = i;
+            i = utf8_next(str, slen, i);
+        }
         offs[n] = slen;
     }
     long long start, stop;
@@ -166,15 +196,22 @@ static int eval_slice(Ctx *c, Scope *s, const Node *e, Value obj, Value *out) {
         start = !given[0] ? 0 : part[0] < 0 ? (n + part[0] > 0 ? n + part[0] : 0) : (part[0] < n ? part[0] : n);
         stop = !given[1] ? n : part[1] < 0 ? (n + part[1] > 0 ? n + part[1] : 0) : (part[1] < n ? part[1] : n);
     } else {
-        start = !given[0] ? n - 1 : part[0] < 0 ? (n + part[0] > -1 ? n + part[0] : -1) : (part[0] < n - 1 ? part[0] : n - 1);
-        stop = !given[1] ? -1 : part[1] < -1 ? (n + part[1] > -1 ? n + part[1] : -1) : (part[1] < n - 1 ? part[1] : n - 1);
+        start = !given[0] ? n - 1
+            : part[0] < 0 ? (n + part[0] > -1 ? n + part[0] : -1)
+                          : (part[0] < n - 1 ? part[0] : n - 1);
+        stop = !given[1]   ? -1
+            : part[1] < -1 ? (n + part[1] > -1 ? n + part[1] : -1)
+                           : (part[1] < n - 1 ? part[1] : n - 1);
     }
     int rc = 0;
     if (str) {
         Buf b = {0};
         for (long long i = start; rc == 0 && (step > 0 ? i < stop : i > stop); i += step)
             rc = buf_put(&b, str + offs[i], offs[i + 1] - offs[i]);
-        if (rc == 0) { *out = make_string(c, e, b.s ? b.s : "", b.len); if (out->k == V_UNDEF) rc = -1; }
+        if (rc == 0) {
+            *out = make_string(c, e, b.s ? b.s : "", b.len);
+            if (out->k == V_UNDEF) rc = -1;
+        }
         mem_free(b.s);
         mem_free(offs);
         return rc;
@@ -183,7 +220,10 @@ static int eval_slice(Ctx *c, Scope *s, const Node *e, Value obj, Value *out) {
     if (!arr) return -1;
     for (long long i = start; rc == 0 && (step > 0 ? i < stop : i > stop); i += step)
         if (json_array_append(arr, json_array_get(obj.j, (size_t)i)) < 0) rc = rt_error(c, e, "out of memory");
-    if (rc < 0) { json_decref(arr); return -1; }
+    if (rc < 0) {
+        json_decref(arr);
+        return -1;
+    }
     *out = v_json(arr);
     return 0;
 }
@@ -196,14 +236,20 @@ static int concat(Ctx *c, const Node *e, Value a, Value b, Value *out) {
     Buf buf = {0};
     int rc = v_to_string(&buf, a);
     if (rc == 0) rc = v_to_string(&buf, b);
-    if (rc == 0) { *out = make_string(c, e, buf.s ? buf.s : "", buf.len); if (out->k == V_UNDEF) rc = -1; }
-    else rt_error(c, e, "%s", error_message());
+    if (rc == 0) {
+        *out = make_string(c, e, buf.s ? buf.s : "", buf.len);
+        if (out->k == V_UNDEF) rc = -1;
+    } else
+        rt_error(c, e, "%s", error_message());
     mem_free(buf.s);
     return rc;
 }
 
 static int membership(Ctx *c, const Node *e, Value x, Value container, bool *out) {
-    if (container.k == V_UNDEF) { *out = false; return 0; }
+    if (container.k == V_UNDEF) {
+        *out = false;
+        return 0;
+    }
     if (v_is_arr(container)) {
         TRY(count_iterations(c, e, (long)json_array_size(container.j)));
         *out = false;
@@ -215,7 +261,10 @@ static int membership(Ctx *c, const Node *e, Value x, Value container, bool *out
         *out = v_len(x) == 0 || memmem(v_str(container), v_len(container), v_str(x), v_len(x)) != NULL;
         return 0;
     }
-    if (v_is_obj(container) && v_is_str(x)) { *out = json_object_get(container.j, v_str(x)) != NULL; return 0; }
+    if (v_is_obj(container) && v_is_str(x)) {
+        *out = json_object_get(container.j, v_str(x)) != NULL;
+        return 0;
+    }
     return rt_error(c, e, "'in' is not supported between %s and %s", v_type(x), v_type(container));
 }
 
@@ -235,11 +284,17 @@ static int binary(Ctx *c, Scope *s, const Node *e, Value *out) {
     TRY(eval(c, s, e->a, &a));
     if (e->op == OP_AND || e->op == OP_OR) {
         bool t = v_truthy(a);
-        if ((e->op == OP_AND) != t) { *out = a; return 0; }
+        if ((e->op == OP_AND) != t) {
+            *out = a;
+            return 0;
+        }
         v_free(&a);
         return eval(c, s, e->b, out);
     }
-    if (eval(c, s, e->b, &b) < 0) { v_free(&a); return -1; }
+    if (eval(c, s, e->b, &b) < 0) {
+        v_free(&a);
+        return -1;
+    }
     int rc = 0;
     bool flag = false;
     switch (e->op) {
@@ -256,14 +311,18 @@ static int binary(Ctx *c, Scope *s, const Node *e, Value *out) {
         break;
     case OP_LT: case OP_GT: case OP_LE: case OP_GE: {
         int cmp;
-        if ((v_is_num(a) || (a.k == V_JSON && json_is_boolean(a.j))) && (v_is_num(b) || (b.k == V_JSON && json_is_boolean(b.j)))) {
+        if ((v_is_num(a) || (a.k == V_JSON && json_is_boolean(a.j))) &&
+            (v_is_num(b) || (b.k == V_JSON && json_is_boolean(b.j)))) {
             double x = v_num(a), y = v_num(b);
             cmp = x < y ? -1 : x > y ? 1 : 0;
         } else if (v_is_str(a) && v_is_str(b)) {
             size_t la = v_len(a), lb = v_len(b);
             cmp = memcmp(v_str(a), v_str(b), la < lb ? la : lb);
             if (cmp == 0) cmp = la < lb ? -1 : la > lb ? 1 : 0;
-        } else { rc = rt_error(c, e, "cannot compare %s with %s", v_type(a), v_type(b)); break; }
+        } else {
+            rc = rt_error(c, e, "cannot compare %s with %s", v_type(a), v_type(b));
+            break;
+        }
         flag = e->op == OP_LT ? cmp < 0 : e->op == OP_GT ? cmp > 0 : e->op == OP_LE ? cmp <= 0 : cmp >= 0;
         *out = v_json(json_boolean(flag));
         break;
@@ -275,25 +334,46 @@ static int binary(Ctx *c, Scope *s, const Node *e, Value *out) {
             double x = v_num(a), y = v_num(b);
             bool fl = (a.k == V_JSON && json_is_real(a.j)) || (b.k == V_JSON && json_is_real(b.j));
             switch (e->op) {
-            case OP_ADD: rc = make_number(c, e, x + y, fl, out); break;
-            case OP_SUB: rc = make_number(c, e, x - y, fl, out); break;
-            case OP_MUL: rc = make_number(c, e, x * y, fl, out); break;
+            case OP_ADD:
+                rc = make_number(c, e, x + y, fl, out);
+                break;
+            case OP_SUB:
+                rc = make_number(c, e, x - y, fl, out);
+                break;
+            case OP_MUL:
+                rc = make_number(c, e, x * y, fl, out);
+                break;
             case OP_DIV:
-                if (y == 0) { rc = rt_error(c, e, "division by zero"); break; }
+                if (y == 0) {
+                    rc = rt_error(c, e, "division by zero");
+                    break;
+                }
                 rc = make_number(c, e, x / y, true, out);
                 break;
             case OP_FLOORDIV:
-                if (y == 0) { rc = rt_error(c, e, "division by zero"); break; }
+                if (y == 0) {
+                    rc = rt_error(c, e, "division by zero");
+                    break;
+                }
                 rc = make_number(c, e, floor(x / y), fl, out);
                 break;
             case OP_MOD:
-                if (y == 0) { rc = rt_error(c, e, "modulo by zero"); break; }
+                if (y == 0) {
+                    rc = rt_error(c, e, "modulo by zero");
+                    break;
+                }
                 rc = make_number(c, e, fmod(x, y), fl, out);
                 break;
             case OP_POW: {
-                if (x == 0 && y < 0) { rc = rt_error(c, e, "0.0 cannot be raised to a negative power"); break; }
+                if (x == 0 && y < 0) {
+                    rc = rt_error(c, e, "0.0 cannot be raised to a negative power");
+                    break;
+                }
                 double r = pow(x, y);
-                if (!isfinite(r)) { rc = rt_error(c, e, "exponentiation result is not a finite real number"); break; }
+                if (!isfinite(r)) {
+                    rc = rt_error(c, e, "exponentiation result is not a finite real number");
+                    break;
+                }
                 rc = make_number(c, e, r, fl || y < 0, out);
                 break;
             }
@@ -321,16 +401,21 @@ static int binary(Ctx *c, Scope *s, const Node *e, Value *out) {
             long long times = json_integer_value(v_is_int(a) ? a.j : b.j);
             Buf buf = {0};
             for (long long k = 0; rc == 0 && k < times; k++) rc = buf_put(&buf, v_str(str), v_len(str));
-            if (rc == 0) { *out = make_string(c, e, buf.s ? buf.s : "", buf.len); if (out->k == V_UNDEF) rc = -1; }
-            else rt_error(c, e, "%s", error_message());
+            if (rc == 0) {
+                *out = make_string(c, e, buf.s ? buf.s : "", buf.len);
+                if (out->k == V_UNDEF) rc = -1;
+            } else
+                rt_error(c, e, "%s", error_message());
             mem_free(buf.s);
             break;
         }
         static const char *names[] = {"", "+", "-", "~", "*", "/", "//", "%", "**"};
-        rc = rt_error(c, e, "unsupported operand types for %s: %s and %s", e->op <= OP_POW ? names[e->op] : "?", v_type(a), v_type(b));
+        rc = rt_error(c, e, "unsupported operand types for %s: %s and %s", e->op <= OP_POW ? names[e->op] : "?",
+                      v_type(a), v_type(b));
     }
     }
-    v_free(&a); v_free(&b);
+    v_free(&a);
+    v_free(&b);
     return rc;
 }
 
@@ -342,7 +427,8 @@ static int call_macro(Ctx *c, const Node *at, Value fn, Args *args, Value caller
     TRY(enter(c, at));
     Scope scope = {.parent = fn.scope};
     int rc = 0;
-    if (args->npos > m->n2) rc = rt_error(c, at, "macro '%s' takes at most %zu argument(s), got %zu", name, m->n2, args->npos);
+    if (args->npos > m->n2)
+        rc = rt_error(c, at, "macro '%s' takes at most %zu argument(s), got %zu", name, m->n2, args->npos);
     for (size_t i = 0; rc == 0 && i < args->nkw; i++) {
         bool known = false;
         for (size_t k = 0; k < m->n2; k++) if (!strcmp(m->list2[k]->str, args->kw[i])) known = true;
@@ -366,7 +452,10 @@ static int call_macro(Ctx *c, const Node *at, Value fn, Args *args, Value caller
         rc = exec_block(c, &scope, m->list, m->n, &b);
         if (rc > 0) rc = rt_error(c, at, "break or continue outside a loop");
     }
-    if (rc == 0) { *out = make_string(c, at, b.s ? b.s : "", b.len); if (out->k == V_UNDEF) rc = -1; }
+    if (rc == 0) {
+        *out = make_string(c, at, b.s ? b.s : "", b.len);
+        if (out->k == V_UNDEF) rc = -1;
+    }
     mem_free(b.s);
     scope_free(&scope);
     c->depth--;
@@ -390,11 +479,16 @@ static int eval_call(Ctx *c, Scope *s, const Node *e, Value *out) {
         if (v_is_obj(self) && json_object_get(self.j, name)) {
             fn = v_json(json_incref(json_object_get(self.j, name)));
         } else {
-            if (eval_args(c, s, e, e->list, e->n, &args) < 0) { v_free(&self); return -1; }
+            if (eval_args(c, s, e, e->list, e->n, &args) < 0) {
+                v_free(&self);
+                return -1;
+            }
             bool found = false;
             int rc = call_method(c, e, self, name, &args, out, &found);
             if (rc == 0 && !found)
-                rc = rt_error(c, e, self.k == V_UNDEF ? "cannot call method '%s' of an undefined value" : "unknown method '%s' of a %s value",
+                rc = rt_error(c, e,
+                              self.k == V_UNDEF ? "cannot call method '%s' of an undefined value"
+                                                : "unknown method '%s' of a %s value",
                               name, v_type(self));
             args_free(&args);
             v_free(&self);
@@ -404,9 +498,13 @@ static int eval_call(Ctx *c, Scope *s, const Node *e, Value *out) {
     } else {
         TRY(eval(c, s, callee, &fn));
     }
-    if (eval_args(c, s, e, e->list, e->n, &args) < 0) { v_free(&fn); return -1; }
+    if (eval_args(c, s, e, e->list, e->n, &args) < 0) {
+        v_free(&fn);
+        return -1;
+    }
     int rc;
-    if (fn.k == V_UNDEF && callee->kind == E_IDENT) rc = rt_error(c, e, "'%s' is undefined and cannot be called", callee->str);
+    if (fn.k == V_UNDEF && callee->kind == E_IDENT)
+        rc = rt_error(c, e, "'%s' is undefined and cannot be called", callee->str);
     else rc = call_value(c, e, fn, &args, out);
     args_free(&args);
     v_free(&fn);
@@ -418,16 +516,30 @@ static int eval_call(Ctx *c, Scope *s, const Node *e, Value *out) {
 static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
     *out = v_undef();
     switch (e->kind) {
-    case E_STR: case E_INT: case E_FLOAT: *out = v_json(json_incref(e->lit)); return 0;
-    case E_BOOL: *out = v_json(json_boolean(e->ival)); return 0;
-    case E_NONE: *out = v_json(json_null()); return 0;
-    case E_IDENT: *out = lookup(c, s, e->str); return 0;
+    case E_STR:
+    case E_INT:
+    case E_FLOAT:
+        *out = v_json(json_incref(e->lit));
+        return 0;
+    case E_BOOL:
+        *out = v_json(json_boolean(e->ival));
+        return 0;
+    case E_NONE:
+        *out = v_json(json_null());
+        return 0;
+    case E_IDENT:
+        *out = lookup(c, s, e->str);
+        return 0;
     case E_MEMBER: {
         Value obj, prop;
         TRY(eval(c, s, e->a, &obj));
-        if (eval(c, s, e->b, &prop) < 0) { v_free(&obj); return -1; }
+        if (eval(c, s, e->b, &prop) < 0) {
+            v_free(&obj);
+            return -1;
+        }
         int rc = get_member(c, e, obj, prop, out);
-        v_free(&obj); v_free(&prop);
+        v_free(&obj);
+        v_free(&prop);
         return rc;
     }
     case E_SLICE: {
@@ -442,7 +554,10 @@ static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
         Value x;
         Args args;
         TRY(eval(c, s, e->a, &x));
-        if (eval_args(c, s, e, e->list, e->n, &args) < 0) { v_free(&x); return -1; }
+        if (eval_args(c, s, e, e->list, e->n, &args) < 0) {
+            v_free(&x);
+            return -1;
+        }
         int rc = apply_filter(c, e, e->str, x, &args, out);
         args_free(&args);
         v_free(&x);
@@ -453,7 +568,10 @@ static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
         Args args;
         bool r;
         TRY(eval(c, s, e->a, &x));
-        if (eval_args(c, s, e, e->list, e->n, &args) < 0) { v_free(&x); return -1; }
+        if (eval_args(c, s, e, e->list, e->n, &args) < 0) {
+            v_free(&x);
+            return -1;
+        }
         int rc = apply_test(c, e, e->str, x, &args, &r);
         args_free(&args);
         v_free(&x);
@@ -491,12 +609,22 @@ static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
         if (!arr) return -1;
         for (size_t i = 0; i < e->n; i++) {
             Value v;
-            if (eval(c, s, e->list[i], &v) < 0) { json_decref(arr); return -1; }
-            if (v.k == V_MACRO || v.k == V_FUNC) { v_free(&v); json_decref(arr); return rt_error(c, e->list[i], "a macro or function cannot be stored in a list"); }
+            if (eval(c, s, e->list[i], &v) < 0) {
+                json_decref(arr);
+                return -1;
+            }
+            if (v.k == V_MACRO || v.k == V_FUNC) {
+                v_free(&v);
+                json_decref(arr);
+                return rt_error(c, e->list[i], "a macro or function cannot be stored in a list");
+            }
             json_t *jv = v_to_json(v);
             int rc = jv ? json_array_append_new(arr, jv) : -1;
             v_free(&v);
-            if (rc < 0) { json_decref(arr); return rt_error(c, e, "out of memory"); }
+            if (rc < 0) {
+                json_decref(arr);
+                return rt_error(c, e, "out of memory");
+            }
         }
         *out = v_json(arr);
         return 0;
@@ -506,14 +634,34 @@ static int eval_inner(Ctx *c, Scope *s, const Node *e, Value *out) {
         if (!obj) return -1;
         for (size_t i = 0; i < e->n; i++) {
             Value k, v;
-            if (eval(c, s, e->list[i], &k) < 0) { json_decref(obj); return -1; }
-            if (!v_is_str(k)) { v_free(&k); json_decref(obj); return rt_error(c, e->list[i], "object keys must be strings"); }
-            if (eval(c, s, e->list2[i], &v) < 0) { v_free(&k); json_decref(obj); return -1; }
-            if (v.k == V_MACRO || v.k == V_FUNC) { v_free(&k); v_free(&v); json_decref(obj); return rt_error(c, e->list2[i], "a macro or function cannot be stored in a dict"); }
+            if (eval(c, s, e->list[i], &k) < 0) {
+                json_decref(obj);
+                return -1;
+            }
+            if (!v_is_str(k)) {
+                v_free(&k);
+                json_decref(obj);
+                return rt_error(c, e->list[i], "object keys must be strings");
+            }
+            if (eval(c, s, e->list2[i], &v) < 0) {
+                v_free(&k);
+                json_decref(obj);
+                return -1;
+            }
+            if (v.k == V_MACRO || v.k == V_FUNC) {
+                v_free(&k);
+                v_free(&v);
+                json_decref(obj);
+                return rt_error(c, e->list2[i], "a macro or function cannot be stored in a dict");
+            }
             json_t *jv = v_to_json(v);
             int rc = jv ? json_object_setn_new_nocheck(obj, v_str(k), v_len(k), jv) : -1;
-            v_free(&k); v_free(&v);
-            if (rc < 0) { json_decref(obj); return rt_error(c, e, "out of memory"); }
+            v_free(&k);
+            v_free(&v);
+            if (rc < 0) {
+                json_decref(obj);
+                return rt_error(c, e, "out of memory");
+            }
         }
         *out = v_json(obj);
         return 0;
@@ -549,10 +697,15 @@ static int assign(Ctx *c, Scope *s, const Node *target, Value v) {
     }
     /* ns.attr = value */
     Value obj;
-    if (eval(c, s, target->a, &obj) < 0) { v_free(&v); return -1; }
+    if (eval(c, s, target->a, &obj) < 0) {
+        v_free(&v);
+        return -1;
+    }
     int rc = 0;
-    if (obj.k != V_NS) rc = rt_error(c, target, "cannot assign an attribute of a %s value (only of a namespace())", v_type(obj));
-    else if (v.k == V_MACRO || v.k == V_FUNC) rc = rt_error(c, target, "a macro or function cannot be stored in a namespace");
+    if (obj.k != V_NS)
+        rc = rt_error(c, target, "cannot assign an attribute of a %s value (only of a namespace())", v_type(obj));
+    else if (v.k == V_MACRO || v.k == V_FUNC)
+        rc = rt_error(c, target, "a macro or function cannot be stored in a namespace");
     else if (v.k == V_UNDEF) json_object_del(obj.j, target->b->str);
     else if (json_object_set_new(obj.j, target->b->str, v_to_json(v)) < 0) rc = rt_error(c, target, "out of memory");
     v_free(&obj);
@@ -569,30 +722,42 @@ static int exec_for(Ctx *c, Scope *outer, const Node *st, Buf *out) {
     if (v_is_arr(it)) cands = json_incref(it.j);
     else if (v_is_obj(it)) {
         cands = json_array();
-        const char *k; json_t *val;
+        const char *k;
+        json_t *val;
         json_object_foreach(it.j, k, val) if (cands && json_array_append_new(cands, json_string(k)) < 0) rc = -1;
     } else if (v_is_str(it)) {
         cands = json_array();
-        const char *str = v_str(it); size_t n = v_len(it);
+        const char *str = v_str(it);
+        size_t n = v_len(it);
         for (size_t i = 0; cands && i < n; i = utf8_next(str, n, i))
             if (json_array_append_new(cands, json_stringn_nocheck(str + i, utf8_next(str, n, i) - i)) < 0) rc = -1;
     } else if (it.k == V_UNDEF) cands = json_array();
-    else { v_free(&it); return rt_error(c, st->b, "cannot loop over a %s value", v_type(it)); }
+    else {
+        v_free(&it);
+        return rt_error(c, st->b, "cannot loop over a %s value", v_type(it));
+    }
     v_free(&it);
-    if (!cands || rc < 0) { json_decref(cands); return rt_error(c, st, "out of memory"); }
+    if (!cands || rc < 0) {
+        json_decref(cands);
+        return rt_error(c, st, "out of memory");
+    }
 
     /* select with the loop filter first: loop.length counts the kept items */
     json_t *items = cands;
     if (st->c) {
         items = json_array();
-        if (!items) { json_decref(cands); return rt_error(c, st, "out of memory"); }
+        if (!items) {
+            json_decref(cands);
+            return rt_error(c, st, "out of memory");
+        }
         for (size_t i = 0; rc == 0 && i < json_array_size(cands); i++) {
             if ((rc = count_iterations(c, st, 1)) < 0) break;
             Scope ts = {.parent = &s};
             Value cond = v_undef();
             rc = assign(c, &ts, st->a, v_json(json_incref(json_array_get(cands, i))));
             if (rc == 0) rc = eval(c, &ts, st->c, &cond);
-            if (rc == 0 && v_truthy(cond) && json_array_append(items, json_array_get(cands, i)) < 0) rc = rt_error(c, st, "out of memory");
+            if (rc == 0 && v_truthy(cond) && json_array_append(items, json_array_get(cands, i)) < 0)
+                rc = rt_error(c, st, "out of memory");
             v_free(&cond);
             scope_free(&ts);
         }
@@ -607,7 +772,11 @@ static int exec_for(Ctx *c, Scope *outer, const Node *st, Buf *out) {
         if ((rc = assign(c, &s, st->a, v_json(json_incref(json_array_get(items, i))))) < 0) break;
         rc = exec_block(c, &s, st->list, st->n, out);
         if (rc == FLOW_CONTINUE) rc = 0;
-        else if (rc == FLOW_BREAK) { rc = 0; ran = true; break; }
+        else if (rc == FLOW_BREAK) {
+            rc = 0;
+            ran = true;
+            break;
+        }
         ran = true;
     }
     if (rc == 0 && !ran && st->n2) rc = exec_block(c, &s, st->list2, st->n2, out);
@@ -643,7 +812,10 @@ static int exec(Ctx *c, Scope *s, const Node *st, Buf *out) {
             Buf b = {0};
             int rc = exec_block(c, s, st->list, st->n, &b);
             if (rc > 0) rc = rt_error(c, st, "break or continue inside a block set");
-            if (rc == 0) { v = make_string(c, st, b.s ? b.s : "", b.len); if (v.k == V_UNDEF) rc = -1; }
+            if (rc == 0) {
+                v = make_string(c, st, b.s ? b.s : "", b.len);
+                if (v.k == V_UNDEF) rc = -1;
+            }
             mem_free(b.s);
             TRY(rc);
         }
@@ -655,12 +827,18 @@ static int exec(Ctx *c, Scope *s, const Node *st, Buf *out) {
         Value fn, r;
         Args args;
         TRY(eval(c, s, call->a, &fn));
-        if (fn.k != V_MACRO) { v_free(&fn); return rt_error(c, st, "{%% call %%} needs a macro, got %s", v_type(fn)); }
+        if (fn.k != V_MACRO) {
+            v_free(&fn);
+            return rt_error(c, st, "{%% call %%} needs a macro, got %s", v_type(fn));
+        }
         if (eval_args(c, s, call, call->list, call->n, &args) < 0) return -1;
         Value caller = {.k = V_MACRO, .macro = st, .scope = s};
         int rc = call_macro(c, st, fn, &args, caller, &r);
         args_free(&args);
-        if (rc == 0) { rc = v_to_string(out, r); v_free(&r); }
+        if (rc == 0) {
+            rc = v_to_string(out, r);
+            v_free(&r);
+        }
         return rc;
     }
     case N_FILTERBLOCK: {
@@ -669,13 +847,17 @@ static int exec(Ctx *c, Scope *s, const Node *st, Buf *out) {
         Args args = {0};
         int rc = exec_block(c, s, st->list, st->n, &b);
         if (rc > 0) rc = rt_error(c, st, "break or continue inside a filter block");
-        if (rc == 0) { x = make_string(c, st, b.s ? b.s : "", b.len); if (x.k == V_UNDEF) rc = -1; }
+        if (rc == 0) {
+            x = make_string(c, st, b.s ? b.s : "", b.len);
+            if (x.k == V_UNDEF) rc = -1;
+        }
         mem_free(b.s);
         if (rc == 0) rc = eval_args(c, s, st->a, st->a->list, st->a->n, &args);
         if (rc == 0) rc = apply_filter(c, st->a, st->a->str, x, &args, &r);
         if (rc == 0) rc = v_to_string(out, r);
         args_free(&args);
-        v_free(&x); v_free(&r);
+        v_free(&x);
+        v_free(&r);
         return rc;
     }
     case N_BREAK: return FLOW_BREAK;
@@ -706,7 +888,10 @@ int ct_render(const ChatTemplate *t, json_t *context, char **out, size_t *out_le
     int rc = exec_block(&c, &global, t->body, t->n_body, &b);
     if (rc > 0) rc = error_set("%s: break or continue outside a loop", t->name);
     scope_free(&global);
-    if (rc < 0) { mem_free(b.s); return -1; }
+    if (rc < 0) {
+        mem_free(b.s);
+        return -1;
+    }
     if (!b.s && !(b.s = mem_calloc(1, 1))) return -1;
     *out = b.s;
     if (out_len) *out_len = b.len;
@@ -743,7 +928,10 @@ int chat_template_apply_ex(const ChatTemplate *t, json_t *messages, json_t *tool
             rc |= json_object_set(ctx, key, value);   /* transformers: kwargs override the special tokens */
         }
     }
-    if (rc) { json_decref(ctx); return error_set("%s: cannot build the render context (invalid UTF-8 token?)", t->name); }
+    if (rc) {
+        json_decref(ctx);
+        return error_set("%s: cannot build the render context (invalid UTF-8 token?)", t->name);
+    }
     rc = ct_render(t, ctx, out, out_len);
     json_decref(ctx);
     return rc;

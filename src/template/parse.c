@@ -274,15 +274,29 @@ static int lex_string(Parser *p, size_t *ip, char quote) {
         if (i >= n) return fail_at(p, start, "unterminated string literal%s%s", NULL, NULL);
         char e = s[i++];
         switch (e) {
-        case 'n': buf[len++] = '\n'; break;
-        case 't': buf[len++] = '\t'; break;
-        case 'r': buf[len++] = '\r'; break;
-        case 'b': buf[len++] = '\b'; break;
-        case 'f': buf[len++] = '\f'; break;
-        case 'v': buf[len++] = '\v'; break;
+        case 'n':
+            buf[len++] = '\n';
+            break;
+        case 't':
+            buf[len++] = '\t';
+            break;
+        case 'r':
+            buf[len++] = '\r';
+            break;
+        case 'b':
+            buf[len++] = '\b';
+            break;
+        case 'f':
+            buf[len++] = '\f';
+            break;
+        case 'v':
+            buf[len++] = '\v';
+            break;
         case '\'':
         case '"':
-        case '\\': buf[len++] = e; break;
+        case '\\':
+            buf[len++] = e;
+            break;
         case 'x':
         case 'u': {
             int hl = e == 'x' ? 2 : 4;
@@ -1095,7 +1109,9 @@ static Node *parse_primary(Parser *p) {
         }
         return nd;
     }
-    default: fail_at(p, tk->at, "unexpected %s in expression%s", tok_name(tk->type), NULL); return NULL;
+    default:
+        fail_at(p, tk->at, "unexpected %s in expression%s", tok_name(tk->type), NULL);
+        return NULL;
     }
 }
 
@@ -1196,7 +1212,9 @@ static Node *parse_for(Parser *p, size_t at) {
 static Node *parse_statement_inner(Parser *p) {
     Token *tk = peek(p);
     switch (tk->type) {
-    case T_COMMENT: p->pos++; return node(p, N_TEXT, tk->at); /* renders as "" */
+    case T_COMMENT:
+        p->pos++;
+        return node(p, N_TEXT, tk->at); /* renders as "" */
     case T_TEXT: {
         p->pos++;
         Node *nd = node(p, N_TEXT, tk->at);
@@ -1212,7 +1230,9 @@ static Node *parse_statement_inner(Parser *p) {
         return nd;
     }
     case T_OPEN_STMT: break;
-    default: fail_at(p, tk->at, "unexpected %s%s", tok_name(tk->type), NULL); return NULL;
+    default:
+        fail_at(p, tk->at, "unexpected %s%s", tok_name(tk->type), NULL);
+        return NULL;
     }
     size_t at = tk->at;
     p->pos++;

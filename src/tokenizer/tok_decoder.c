@@ -158,12 +158,24 @@ int decoder_run(const Tokenizer *t, const Decoder *d, PieceList *tokens, PieceLi
     pieces_reset(scratch);
     int rc;
     switch (d->kind) {
-    case DEC_BYTELEVEL: rc = dec_bytelevel(t, tokens, scratch); break;
-    case DEC_REPLACE: rc = dec_replace(d, tokens, scratch); break;
-    case DEC_BYTEFALLBACK: rc = dec_bytefallback(tokens, scratch); break;
-    case DEC_FUSE: rc = dec_fuse(tokens, scratch); break;
-    case DEC_STRIP: rc = dec_strip(d, tokens, scratch); break;
-    case DEC_METASPACE: rc = dec_metaspace(d, tokens, scratch); break;
+    case DEC_BYTELEVEL:
+        rc = dec_bytelevel(t, tokens, scratch);
+        break;
+    case DEC_REPLACE:
+        rc = dec_replace(d, tokens, scratch);
+        break;
+    case DEC_BYTEFALLBACK:
+        rc = dec_bytefallback(tokens, scratch);
+        break;
+    case DEC_FUSE:
+        rc = dec_fuse(tokens, scratch);
+        break;
+    case DEC_STRIP:
+        rc = dec_strip(d, tokens, scratch);
+        break;
+    case DEC_METASPACE:
+        rc = dec_metaspace(d, tokens, scratch);
+        break;
     default: return error_set("tokenizer: unknown decoder");
     }
     if (rc < 0) return -1;

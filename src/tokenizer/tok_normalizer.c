@@ -52,7 +52,9 @@ static int replace_all(const Normalizer *n, const char *s, size_t len, PieceList
 int normalizer_apply(const Normalizer *n, const char *s, size_t len, PieceList *out) {
     pieces_reset(out);
     switch (n->kind) {
-    case NORM_PREPEND: TRY(pieces_append(out, n->a, n->a_len)); return pieces_append(out, s, len);
+    case NORM_PREPEND:
+        TRY(pieces_append(out, n->a, n->a_len));
+        return pieces_append(out, s, len);
     case NORM_REPLACE: return replace_all(n, s, len, out);
     case NORM_NFC: {
         size_t off, olen;

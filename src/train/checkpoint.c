@@ -59,7 +59,10 @@ int checkpoint_load_adapters(const char *path, TrainableTensor *t, size_t n) {
     /* Collect every incompatible tensor first, as MLX-LM lists them all. */
     size_t cap = 256, len = 0;
     char *msg = mem_alloc(cap);
-    if (!msg) { st_close(&f); return -1; }
+    if (!msg) {
+        st_close(&f);
+        return -1;
+    }
     msg[0] = 0;
     for (size_t i = 0; i < f.n_tensors; i++) {
         const StTensor *s = &f.tensors[i];
@@ -71,7 +74,8 @@ int checkpoint_load_adapters(const char *path, TrainableTensor *t, size_t n) {
             char a[96], b[96];
             shape_text(a, sizeof a, s->ndim, s->shape);
             shape_text(b, sizeof b, p->ndim, p->shape);
-            snprintf(line, sizeof line, "\n  %s: adapter shape %s does not match model parameter shape %s", s->name, a, b);
+            snprintf(line, sizeof line, "\n  %s: adapter shape %s does not match model parameter shape %s", s->name, a,
+                     b);
         } else if (s->dtype != DTYPE_F32 && s->dtype != DTYPE_BF16 && s->dtype != DTYPE_F16) {
             snprintf(line, sizeof line, "\n  %s: dtype %s is not a floating-point type", s->name, dtype_name(s->dtype));
         } else {
@@ -80,7 +84,11 @@ int checkpoint_load_adapters(const char *path, TrainableTensor *t, size_t n) {
         size_t l = strlen(line);
         if (len + l + 1 > cap) {
             char *grown = mem_realloc(msg, (cap = 2 * (len + l + 1)));
-            if (!grown) { mem_free(msg); st_close(&f); return -1; }
+            if (!grown) {
+                mem_free(msg);
+                st_close(&f);
+                return -1;
+            }
             msg = grown;
         }
         memcpy(msg + len, line, l + 1);
@@ -107,8 +115,14 @@ int checkpoint_load_adapters(const char *path, TrainableTensor *t, size_t n) {
 void checkpoint_fingerprint(const char *description, const TrainableTensor *t, size_t n,
                             const OptimizerConfig *opt, char out[17]) {
     uint64_t h = 1469598103934665603ull;
-#define FNV(ptr, len) do { const unsigned char *p_ = (const unsigned char *)(ptr); \
-        for (size_t k_ = 0; k_ < (len); k_++) { h ^= p_[k_]; h *= 1099511628211ull; } } while (0)
+#define FNV(ptr, len) \
+    do { \
+        const unsigned char *p_ = (const unsigned char *)(ptr); \
+        for (size_t k_ = 0; k_ < (len); k_++) { \
+            h ^= p_[k_]; \
+            h *= 1099511628211ull; \
+        } \
+    } while (0)
     if (description) FNV(description, strlen(description));
     for (size_t i = 0; i < n; i++) {
         FNV(t[i].name, strlen(t[i].name));
@@ -124,8 +138,15 @@ void checkpoint_fingerprint(const char *description, const TrainableTensor *t, s
  * or a torn write in a state is detected on load. */
 static uint64_t content_hash(const StWriteTensor *w, size_t n, const StFile *f) {
     uint64_t h = 1469598103934665603ull;
-#define MIX(ptr, len) do { const unsigned char *p_ = (const unsigned char *)(ptr); size_t l_ = (len); \
-        for (size_t k_ = 0; k_ < l_; k_++) { h ^= p_[k_]; h *= 1099511628211ull; } } while (0)
+#define MIX(ptr, len) \
+    do { \
+        const unsigned char *p_ = (const unsigned char *)(ptr); \
+        size_t l_ = (len); \
+        for (size_t k_ = 0; k_ < l_; k_++) { \
+            h ^= p_[k_]; \
+            h *= 1099511628211ull; \
+        } \
+    } while (0)
     if (w) {
         for (size_t i = 0; i < n; i++) {
             size_t numel = 1;
@@ -141,7 +162,9 @@ static uint64_t content_hash(const StWriteTensor *w, size_t n, const StFile *f) 
         for (size_t i = 0; i < f->n_tensors; i++) order[i] = i;
         for (size_t i = 1; i < f->n_tensors; i++)
             for (size_t j = i; j > 0 && f->tensors[order[j - 1]].begin > f->tensors[order[j]].begin; j--) {
-                size_t t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+                size_t t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
             }
         for (size_t i = 0; i < f->n_tensors; i++) {
             const StTensor *t = &f->tensors[order[i]];
@@ -155,7 +178,12 @@ static uint64_t content_hash(const StWriteTensor *w, size_t n, const StFile *f) 
 }
 
 #define MAX_META 24
-typedef struct { const char *keys[MAX_META]; char values[MAX_META][96]; const char *vptr[MAX_META]; size_t n; } Meta;
+typedef struct {
+    const char *keys[MAX_META];
+    char values[MAX_META][96];
+    const char *vptr[MAX_META];
+    size_t n;
+} Meta;
 static void meta_add(Meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void meta_add(Meta *m, const char *key, const char *fmt, ...) {
     va_list ap;
@@ -173,7 +201,11 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
     size_t cap = n * 6 + 1, k = 0;
     StWriteTensor *w = mem_calloc(cap, sizeof *w);
     char (*names)[160] = mem_calloc(cap, sizeof *names);
-    if (!w || !names) { mem_free(w); mem_free(names); return -1; }
+    if (!w || !names) {
+        mem_free(w);
+        mem_free(names);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
         snprintf(names[k], sizeof names[k], "param/%s", t[i].name);
         w[k] = (StWriteTensor){names[k], DTYPE_F32, t[i].ndim, {t[i].shape[0], t[i].shape[1], t[i].shape[2]},
@@ -221,7 +253,11 @@ int checkpoint_save_state(const char *path, const TrainState *s, const Optimizer
      * reachable as .prev, and the load falls back to it if the newest is
      * damaged. A failed write leaves `path` itself unchanged. */
     char *prev = mem_alloc(strlen(path) + 8);
-    if (!prev) { mem_free(w); mem_free(names); return -1; }
+    if (!prev) {
+        mem_free(w);
+        mem_free(names);
+        return -1;
+    }
     sprintf(prev, "%s.prev", path);
     if (file_exists(path)) {
         unlink(prev);
@@ -269,11 +305,17 @@ static int load_state_file(const char *path, TrainState *s, Optimizer *opt,
     TRY(st_open(&f, path));
     int rc = -1;
     const char *fmt = st_meta(&f, "format"), *fp = st_meta(&f, "fingerprint"), *on = st_meta(&f, "optimizer");
-    if (!fmt || strcmp(fmt, "lmtune-training-state")) { error_set("%s: not an lmtune training state", path); goto out; }
+    if (!fmt || strcmp(fmt, "lmtune-training-state")) {
+        error_set("%s: not an lmtune training state", path);
+        goto out;
+    }
     const char *hash = st_meta(&f, "content_hash");
     char want[17];
     snprintf(want, sizeof want, "%016" PRIx64, content_hash(NULL, 0, &f));
-    if (!hash || strcmp(hash, want)) { error_set("%s: damaged (content hash mismatch)", path); goto out; }
+    if (!hash || strcmp(hash, want)) {
+        error_set("%s: damaged (content hash mismatch)", path);
+        goto out;
+    }
     if (!fp || strcmp(fp, fingerprint)) {
         error_set("%s: the saved state belongs to another run (base model, trainable layout or optimizer differ: "
                   "fingerprint %s, this run %s); start without --resume or use another --adapter-path",
@@ -287,12 +329,14 @@ static int load_state_file(const char *path, TrainState *s, Optimizer *opt,
     memset(s, 0, sizeof *s);
     uint64_t accum_count, accum_bad, streak, wt, ws, wls;
     if (meta_u64(&f, path, "updates", &opt->step) < 0 || meta_u64(&f, path, "iteration", &s->iteration) < 0 ||
-        meta_u64(&f, path, "micro_batches", &s->micro_batches) < 0 || meta_u64(&f, path, "accum_count", &accum_count) < 0 ||
-        meta_double(&f, path, "accum_tokens", &s->accum_tokens) < 0 || meta_u64(&f, path, "accum_bad", &accum_bad) < 0 ||
-        meta_u64(&f, path, "skipped_total", &s->skipped_total) < 0 || meta_u64(&f, path, "nonfinite_streak", &streak) < 0 ||
-        meta_u64(&f, path, "trained_tokens", &s->trained_tokens) < 0 || meta_double(&f, path, "window_loss", &s->window_loss) < 0 ||
-        meta_u64(&f, path, "window_tokens", &wt) < 0 || meta_u64(&f, path, "window_steps", &ws) < 0 ||
-        meta_u64(&f, path, "window_loss_steps", &wls) < 0)
+        meta_u64(&f, path, "micro_batches", &s->micro_batches) < 0 ||
+        meta_u64(&f, path, "accum_count", &accum_count) < 0 ||
+        meta_double(&f, path, "accum_tokens", &s->accum_tokens) < 0 ||
+        meta_u64(&f, path, "accum_bad", &accum_bad) < 0 || meta_u64(&f, path, "skipped_total", &s->skipped_total) < 0 ||
+        meta_u64(&f, path, "nonfinite_streak", &streak) < 0 ||
+        meta_u64(&f, path, "trained_tokens", &s->trained_tokens) < 0 ||
+        meta_double(&f, path, "window_loss", &s->window_loss) < 0 || meta_u64(&f, path, "window_tokens", &wt) < 0 ||
+        meta_u64(&f, path, "window_steps", &ws) < 0 || meta_u64(&f, path, "window_loss_steps", &wls) < 0)
         goto out;
     if (s->iteration > INT32_MAX || accum_count > INT32_MAX || streak > INT32_MAX || wt > INT32_MAX ||
         ws > INT32_MAX || wls > INT32_MAX) {
@@ -314,7 +358,10 @@ static int load_state_file(const char *path, TrainState *s, Optimizer *opt,
         goto out;
     }
     const char *r = st_meta(&f, "dropout_rng");
-    if (!r || strlen(r) != 64) { error_set("%s: metadata \"dropout_rng\" is missing or malformed", path); goto out; }
+    if (!r || strlen(r) != 64) {
+        error_set("%s: metadata \"dropout_rng\" is missing or malformed", path);
+        goto out;
+    }
     for (int i = 0; i < 4; i++) {
         char part[17];
         memcpy(part, r + 16 * i, 16);
@@ -352,7 +399,8 @@ int checkpoint_load_state(const char *path, TrainState *s, Optimizer *opt,
     bool have = file_exists(path), have_prev = file_exists(prev);
     int rc;
     if (!have && !have_prev) {
-        rc = error_set("%s: no training state to resume from (run without --resume first, or check --adapter-path)", path);
+        rc = error_set("%s: no training state to resume from (run without --resume first, or check --adapter-path)",
+                       path);
     } else if (have && load_state_file(path, s, opt, t, n, fingerprint) == 0) {
         rc = 0;
     } else if (have_prev && (!have || (!strstr(error_message(), "belongs to another run") &&

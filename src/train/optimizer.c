@@ -24,7 +24,11 @@ static const char *const NAMES[] = {"adam", "adamw", "sgd", "adafactor", "muon"}
 #define N_NAMES (sizeof NAMES / sizeof NAMES[0])
 const char *optimizer_name(OptimizerKind k) { return NAMES[k]; }
 int optimizer_kind_from_name(const char *name, OptimizerKind *out) {
-    for (size_t i = 0; i < N_NAMES; i++) if (!strcmp(name, NAMES[i])) { *out = (OptimizerKind)i; return 0; }
+    for (size_t i = 0; i < N_NAMES; i++)
+        if (!strcmp(name, NAMES[i])) {
+            *out = (OptimizerKind)i;
+            return 0;
+        }
     return error_set("unknown optimizer \"%s\" (expected adam, adamw, muon, sgd or adafactor)", name);
 }
 
@@ -35,11 +39,16 @@ static int slot_keys(const OptimizerConfig *cfg, const OptSlot *s, const char *k
     int n = 0;
     switch (cfg->kind) {
     case OPT_ADAM: case OPT_ADAMW:
-        keys[n] = "m"; numels[n++] = s->numel;
-        keys[n] = "v"; numels[n++] = s->numel;
+        keys[n] = "m";
+        numels[n++] = s->numel;
+        keys[n] = "v";
+        numels[n++] = s->numel;
         break;
     case OPT_SGD:
-        if (cfg->sgd.momentum > 0) { keys[n] = "v"; numels[n++] = s->numel; }
+        if (cfg->sgd.momentum > 0) {
+            keys[n] = "v";
+            numels[n++] = s->numel;
+        }
         break;
     case OPT_MUON:
         keys[n] = "v";
@@ -47,12 +56,18 @@ static int slot_keys(const OptimizerConfig *cfg, const OptSlot *s, const char *k
         break;
     case OPT_ADAFACTOR:
         if (factored(s)) {
-            keys[n] = "row"; numels[n++] = (size_t)s->shape[0];
-            keys[n] = "col"; numels[n++] = (size_t)s->shape[1];
+            keys[n] = "row";
+            numels[n++] = (size_t)s->shape[0];
+            keys[n] = "col";
+            numels[n++] = (size_t)s->shape[1];
         } else {
-            keys[n] = "v"; numels[n++] = s->numel;
+            keys[n] = "v";
+            numels[n++] = s->numel;
         }
-        if (!isnan(cfg->adafactor.beta_1)) { keys[n] = "m"; numels[n++] = s->numel; }
+        if (!isnan(cfg->adafactor.beta_1)) {
+            keys[n] = "m";
+            numels[n++] = s->numel;
+        }
         break;
     }
     return n;
@@ -66,7 +81,8 @@ static float **slot_field(OptSlot *s, const char *key) {
 }
 
 int optimizer_state_views(const Optimizer *o, size_t i, OptStateView views[4]) {
-    const char *keys[4]; size_t numels[4];
+    const char *keys[4];
+    size_t numels[4];
     OptSlot *s = &o->slots[i];
     int n = slot_keys(&o->cfg, s, keys, numels);
     for (int k = 0; k < n; k++) views[k] = (OptStateView){keys[k], *slot_field(s, keys[k]), numels[k]};
@@ -82,8 +98,10 @@ static void slot_from_tensor(OptSlot *s, const TrainableTensor *t) {
 }
 
 size_t optimizer_state_bytes(const OptimizerConfig *cfg, const TrainableTensor *t) {
-    OptSlot s; slot_from_tensor(&s, t);
-    const char *keys[4]; size_t numels[4], bytes = 0;
+    OptSlot s;
+    slot_from_tensor(&s, t);
+    const char *keys[4];
+    size_t numels[4], bytes = 0;
     int n = slot_keys(cfg, &s, keys, numels);
     for (int k = 0; k < n; k++) bytes += numels[k] * sizeof(float);
     return bytes;
@@ -109,13 +127,17 @@ int optimizer_layout(Optimizer *o, const OptimizerConfig *cfg, const TrainableTe
     for (size_t i = 0; i < n; i++) {
         OptSlot *s = &o->slots[i];
         slot_from_tensor(s, &t[i]);
-        const char *keys[4]; size_t numels[4];
+        const char *keys[4];
+        size_t numels[4];
         int nk = slot_keys(cfg, s, keys, numels);
         for (int k = 0; k < nk; k++) {
             char name[128];
             snprintf(name, sizeof name, "%s.%s", t[i].name, keys[k]);
             void *p = NULL;
-            if (carve(cv, MEM_OPTIMIZER, name, numels[k] * sizeof(float), &p) < 0) { optimizer_free(o); return -1; }
+            if (carve(cv, MEM_OPTIMIZER, name, numels[k] * sizeof(float), &p) < 0) {
+                optimizer_free(o);
+                return -1;
+            }
             *slot_field(s, keys[k]) = p;
         }
         if (cfg->kind == OPT_MUON && ns_floats(s) > work) work = ns_floats(s);
@@ -138,7 +160,8 @@ void optimizer_free(Optimizer *o) {
 }
 
 /* MLX Adam.apply_single; AdamW first scales the parameter by 1 - lr*wd. */
-static void adam_update(const AdamConfig *c, bool decoupled, OptSlot *s, float *w, const float *g, float lr, uint64_t step) {
+static void adam_update(const AdamConfig *c, bool decoupled, OptSlot *s, float *w, const float *g, float lr,
+                        uint64_t step) {
     const float b1 = (float)c->betas[0], b2 = (float)c->betas[1], eps = (float)c->eps;
     const float decay = decoupled ? 1.0f - lr * (float)c->weight_decay : 1.0f;
     float c1 = lr, c2 = 1.0f;
@@ -162,7 +185,10 @@ static void sgd_update(const SgdConfig *c, OptSlot *s, float *w, const float *g,
     for (size_t i = 0; i < s->numel; i++) {
         float grad = g[i];
         if (wd != 0) grad += wd * w[i];
-        if (mu <= 0) { w[i] -= lr * grad; continue; }
+        if (mu <= 0) {
+            w[i] -= lr * grad;
+            continue;
+        }
         float v = mu * s->v[i];
         if (damp > 0) v += (1.0f - damp) * grad;
         else v += grad;
@@ -229,7 +255,10 @@ static void adafactor_update(const AdafactorConfig *c, OptSlot *s, float *w, flo
     const float wd = (float)c->weight_decay;
     for (size_t i = 0; i < n; i++) {
         float u = lr * (g[i] / denom);
-        if (first) { s->m[i] = b1 * s->m[i] + (1.0f - b1) * u; u = s->m[i]; }
+        if (first) {
+            s->m[i] = b1 * s->m[i] + (1.0f - b1) * u;
+            u = s->m[i];
+        }
         float p = w[i];
         if (wd != 0) p += p * (-wd * lr);
         w[i] = p - u;
@@ -298,17 +327,28 @@ static void muon_update(const MuonConfig *c, OptSlot *s, float *w, float *g, flo
 
 int optimizer_update(Optimizer *o, TrainableTensor *t, size_t n, float lr) {
     if (n != o->n) return error_set("optimizer: %zu tensors, but the state has %zu", n, o->n);
-    if (o->cfg.kind == OPT_ADAFACTOR && !o->cfg.adafactor.relative_step && isnan(o->cfg.adafactor.learning_rate) && isnan(lr))
+    if (o->cfg.kind == OPT_ADAFACTOR && !o->cfg.adafactor.relative_step && isnan(o->cfg.adafactor.learning_rate) &&
+        isnan(lr))
         return error_set("optimizer: adafactor: learning_rate must be set when relative_step is false");
     o->step++;
     for (size_t i = 0; i < n; i++) {
         OptSlot *s = &o->slots[i];
         switch (o->cfg.kind) {
-        case OPT_ADAM: adam_update(&o->cfg.adam, false, s, t[i].value, t[i].grad, lr, o->step); break;
-        case OPT_ADAMW: adam_update(&o->cfg.adamw, true, s, t[i].value, t[i].grad, lr, o->step); break;
-        case OPT_SGD: sgd_update(&o->cfg.sgd, s, t[i].value, t[i].grad, lr); break;
-        case OPT_ADAFACTOR: adafactor_update(&o->cfg.adafactor, s, t[i].value, t[i].grad, lr, o->step); break;
-        case OPT_MUON: muon_update(&o->cfg.muon, s, t[i].value, t[i].grad, lr, o->ns_work); break;
+        case OPT_ADAM:
+            adam_update(&o->cfg.adam, false, s, t[i].value, t[i].grad, lr, o->step);
+            break;
+        case OPT_ADAMW:
+            adam_update(&o->cfg.adamw, true, s, t[i].value, t[i].grad, lr, o->step);
+            break;
+        case OPT_SGD:
+            sgd_update(&o->cfg.sgd, s, t[i].value, t[i].grad, lr);
+            break;
+        case OPT_ADAFACTOR:
+            adafactor_update(&o->cfg.adafactor, s, t[i].value, t[i].grad, lr, o->step);
+            break;
+        case OPT_MUON:
+            muon_update(&o->cfg.muon, s, t[i].value, t[i].grad, lr, o->ns_work);
+            break;
         }
     }
     return 0;

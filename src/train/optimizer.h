@@ -86,7 +86,11 @@ typedef struct {
 } Optimizer;
 
 /* One state tensor of a slot, for checkpoints: "m", "v", "row" or "col". */
-typedef struct { const char *key; float *data; size_t numel; } OptStateView;
+typedef struct {
+    const char *key;
+    float *data;
+    size_t numel;
+} OptStateView;
 /* Fills up to 4 views of slot i; returns how many. */
 int optimizer_state_views(const Optimizer *o, size_t i, OptStateView views[4]);
 

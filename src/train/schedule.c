@@ -5,7 +5,12 @@
 #include <string.h>
 #include "base/error.h"
 
-static const struct { const char *name; ScheduleKind kind; int min_args, max_args; const char *signature; } KINDS[] = {
+static const struct {
+    const char *name;
+    ScheduleKind kind;
+    int min_args, max_args;
+    const char *signature;
+} KINDS[] = {
     {"constant", SCHED_CONSTANT, 1, 1, "constant(value)"},
     {"cosine_decay", SCHED_COSINE_DECAY, 2, 3, "cosine_decay(init, decay_steps, end=0)"},
     {"linear_schedule", SCHED_LINEAR, 3, 3, "linear_schedule(init, end, steps)"},

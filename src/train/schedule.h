@@ -11,7 +11,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum { SCHED_CONSTANT, SCHED_COSINE_DECAY, SCHED_LINEAR, SCHED_EXPONENTIAL_DECAY, SCHED_STEP_DECAY } ScheduleKind;
+typedef enum {
+    SCHED_CONSTANT,
+    SCHED_COSINE_DECAY,
+    SCHED_LINEAR,
+    SCHED_EXPONENTIAL_DECAY,
+    SCHED_STEP_DECAY
+} ScheduleKind;
 
 #define SCHED_MAX_ARGS 4
 typedef struct {

@@ -5,13 +5,21 @@
 #include "base/error.h"
 
 static int fb(void *self, const Batch *b, float grad_scale, Rng *rng, double *loss, long *n_tokens) {
-    if (b->rows == 0) { *loss = 0; *n_tokens = 0; return 0; }   /* a worker's empty share of the last batch */
+    if (b->rows == 0) {
+        *loss = 0;
+        *n_tokens = 0;
+        return 0;
+    } /* a worker's empty share of the last batch */
     return model_forward_backward(self, b->tokens, b->rows, b->width, b->lengths, b->offsets, grad_scale, rng,
                                   loss, n_tokens);
 }
 
 static int eval_loss(void *self, const Batch *b, double *loss_sum, long *n_tokens) {
-    if (b->rows == 0) { *loss_sum = 0; *n_tokens = 0; return 0; }
+    if (b->rows == 0) {
+        *loss_sum = 0;
+        *n_tokens = 0;
+        return 0;
+    }
     return model_loss(self, b->tokens, b->rows, b->width, b->lengths, b->offsets, loss_sum, n_tokens);
 }
 

@@ -62,7 +62,8 @@ int train_evaluate(Trainee *tr, BatchSource *src, EvalSplit split, int num_batch
         int r = src->eval_next(src->self, &b);
         TRY(r);
         if (r == 0) break;
-        double s; long n;
+        double s;
+        long n;
         TRY(tr->loss(tr->self, b, &s, &n));
         sums[0] += s;
         sums[1] += (double)n;
@@ -104,7 +105,11 @@ static bool inject_at(const char *spec, int it) {
         char *end;
         long a = strtol(p, &end, 10), b = a;
         if (end == p) return false;
-        if (*end == '-') { p = end + 1; b = strtol(p, &end, 10); if (end == p) return false; }
+        if (*end == '-') {
+            p = end + 1;
+            b = strtol(p, &end, 10);
+            if (end == p) return false;
+        }
         if (it >= a && it <= b) return true;
         p = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') return false;
@@ -290,14 +295,18 @@ static int run_loop(Loop *L, TrainResult *res) {
         long ntok;
         TRY(tr->forward_backward(tr->self, b, scale, &st->dropout_rng, &loss, &ntok));
         if (cfg->loss_tokens && ntok != b->n_loss_tokens)
-            return error_set("internal: the batch counts %ld loss tokens but the model counted %ld", b->n_loss_tokens, ntok);
+            return error_set("internal: the batch counts %ld loss tokens but the model counted %ld", b->n_loss_tokens,
+                             ntok);
         if (inject_at(L->hooks.nan_at, it)) {
             loss = NAN;
             if (tr->n_params) tr->params[0].grad[0] = NAN;
         }
         if (inject_at(L->hooks.inf_grad_at, it) && tr->n_params) tr->params[0].grad[0] = INFINITY;
-        if (isfinite(loss)) { st->window_loss += loss; st->window_loss_steps++; }
-        else st->accum_bad = true;
+        if (isfinite(loss)) {
+            st->window_loss += loss;
+            st->window_loss_steps++;
+        } else
+            st->accum_bad = true;
         st->window_tokens += ntok;
         st->accum_tokens += (double)ntok;
         st->accum_count++;
@@ -412,11 +421,15 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
     res->last_val_loss = NAN;
     if (cfg->grad_accum < 1) return error_set("grad_accumulation_steps must be at least 1");
     if (cfg->iters < 0) return error_set("--iters must be at least 0, got %d", cfg->iters);
-    if (cfg->steps_per_report < 1) return error_set("--steps-per-report must be at least 1, got %d", cfg->steps_per_report);
+    if (cfg->steps_per_report < 1)
+        return error_set("--steps-per-report must be at least 1, got %d", cfg->steps_per_report);
     if (cfg->steps_per_eval < 1) return error_set("--steps-per-eval must be at least 1, got %d", cfg->steps_per_eval);
     Loop L;
     memset(&L, 0, sizeof L);
-    L.tr = tr; L.src = src; L.opt = opt; L.cfg = cfg;
+    L.tr = tr;
+    L.src = src;
+    L.opt = opt;
+    L.cfg = cfg;
     char *history_path = NULL;
     bool started = false;
     checkpoint_fingerprint(cfg->fingerprint, tr->params, tr->n_params, &opt->cfg, L.fingerprint);
@@ -436,14 +449,20 @@ int train_run(Trainee *tr, BatchSource *src, Optimizer *opt, const TrainConfig *
         goto out;
     rng_seed(&L.st.dropout_rng, cfg->seed ^ 0x6c6d74756e65ull);  /* "lmtune": independent of the data order */
     if (cfg->resume) {
-        if (!L.state_file) { error_set("--resume needs --adapter-path"); goto out; }
+        if (!L.state_file) {
+            error_set("--resume needs --adapter-path");
+            goto out;
+        }
         if (checkpoint_load_state(L.state_file, &L.st, opt, tr->params, tr->n_params, L.fingerprint) < 0) goto out;
         /* Replay the training stream to where the state left it. */
         for (uint64_t i = 0; i < L.st.micro_batches; i++) {
             Batch *b;
             int r = src->train_next(src->self, &b);
             if (r < 0) goto out;
-            if (r == 0) { error_set("--resume: the training data ended while replaying"); goto out; }
+            if (r == 0) {
+                error_set("--resume: the training data ended while replaying");
+                goto out;
+            }
         }
         if (dist_rank() == 0)
             report_line(&L.rep, "Resuming from %s at iteration %llu (%llu updates)", L.state_file,
