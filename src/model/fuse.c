@@ -28,9 +28,7 @@ typedef struct {
 
 static int load_prefixes(const char *model_dir, const StModel *st, Prefixes *p) {
     ModelConfig *c = mem_alloc(sizeof *c);
-    char *cfg_path = path_join(model_dir, "config.json");
-    int rc = c && cfg_path ? hf_config_load(c, cfg_path) : -1;
-    mem_free(cfg_path);
+    int rc = c ? model_config_load(model_dir, c) : -1;   /* config.json, or a GGUF file's metadata */
     if (rc == 0 && st) rc = model_tensors_resolve(c, st);
     if (rc == 0) {
         snprintf(p->file, sizeof p->file, "%s", model_file_prefix(c));
@@ -128,11 +126,10 @@ static int check_lora_shapes(const StFile *ad, const char *wname, const WeightAd
     return 0;
 }
 
-/* W (out, in) fp32 in place: W += scale * B^T A^T; DoRA rescales rows. */
-static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t out, int64_t in, int r) {
-    gemm_f32(w, wa->b->data, wa->a->data, (int)out, (int)in, r, true, true, scale, 1.0f);
-    if (wa->m) {
-        const float *m = wa->m->data;
+void fuse_merge_lora(float *w, const float *a, const float *b, const float *m, float scale, int64_t out, int64_t in,
+                     int r) {
+    gemm_f32(w, b, a, (int)out, (int)in, r, true, true, scale, 1.0f);
+    if (m) {
         for (int64_t o = 0; o < out; o++) {
             double ss = 0;
             for (int64_t i = 0; i < in; i++) ss += (double)w[o * in + i] * w[o * in + i];
@@ -140,6 +137,11 @@ static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t o
             for (int64_t i = 0; i < in; i++) w[o * in + i] *= k;
         }
     }
+}
+
+/* W (out, in) fp32 in place: W += scale * B^T A^T; DoRA rescales rows. */
+static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t out, int64_t in, int r) {
+    fuse_merge_lora(w, wa->a->data, wa->b->data, wa->m ? wa->m->data : NULL, scale, out, in, r);
 }
 
 static int open_adapter(const char *adapter_dir, AdapterConfig *ac, StFile *ad) {
@@ -553,8 +555,11 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     Prefixes px;
     StModel base = {0};
     if (open_adapter(adapter_dir, &ac, &ad) < 0) return -1;
-    if (st_model_open(&base, model_dir, true) < 0) goto out;
-    if (load_prefixes(model_dir, &base, &px) < 0) goto out;
+    /* a GGUF base: the adapter is in Hugging Face's names and row order (lmtune trains in that
+     * order whatever the file), so it is PEFT's adapter of the model the GGUF was converted from */
+    bool gguf = model_is_gguf(model_dir);
+    if (!gguf && st_model_open(&base, model_dir, true) < 0) goto out;
+    if (load_prefixes(model_dir, gguf ? NULL : &base, &px) < 0) goto out;
     if (collect_pairs(&ad, &ac, &px, &pairs, &n, &mask) < 0) goto out;
     if (dir_ensure(out_dir) < 0) goto out;
     wt = mem_calloc(3 * n + 1, sizeof *wt);
