@@ -31,7 +31,8 @@
  *   (5) the adapter matters: lmtune without it is more than 1e-2 away, so
  *       the 1e-4 checks see a wrong merge (q/k rows, scale, a missing
  *       matrix);
- *   (6) `lmtune generate` (greedy, 32 tokens) prints the same text on the
+ *   (6) a DoRA adapter on the Q4_K base, fused f32: (1) and (3);
+ *   (7) `lmtune generate` (greedy, 32 tokens) prints the same text on the
  *       fused file as on the base with the adapter.
  * test-timeout: 900 */
 #include "check.h"
@@ -62,12 +63,13 @@ typedef struct {
     Arch arch;
     int quant;          /* GGML_TYPE_Q8_0 or GGML_TYPE_Q4_K */
     int n_fuse;         /* the first n of FUSE_TYPE */
+    bool dora;          /* also a DoRA adapter, fused f32 */
 } Case;
 
 static const Case CASES[] = {
-    {"llama_Q8_0", {"llama", "llama", 4, 2, 64, 256, 512, 2, 0, false, false, false}, GGML_TYPE_Q8_0, 3},
-    {"llama_Q4_K", {"llama", "llama", 4, 2, 64, 256, 512, 2, 0, false, false, false}, GGML_TYPE_Q4_K, 2},
-    {"qwen2_bias_Q8_0", {"qwen2", "qwen2", 4, 2, 64, 256, 512, 2, 0, false, true, false}, GGML_TYPE_Q8_0, 3},
+    {"llama_Q8_0", {"llama", "llama", 4, 2, 64, 256, 512, 2, 0, false, false, false}, GGML_TYPE_Q8_0, 3, false},
+    {"llama_Q4_K", {"llama", "llama", 4, 2, 64, 256, 512, 2, 0, false, false, false}, GGML_TYPE_Q4_K, 2, true},
+    {"qwen2_bias_Q8_0", {"qwen2", "qwen2", 4, 2, 64, 256, 512, 2, 0, false, true, false}, GGML_TYPE_Q8_0, 3, false},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -104,8 +106,8 @@ typedef struct {
 typedef struct {
     int V, T;
     int32_t *ids;
-    Lm base_ad, base, fused[N_FUSE];
-    int job_fused[N_FUSE], job_lora, job_base;
+    Lm base_ad, base, fused[N_FUSE], dora_ad, dora_fused;
+    int job_fused[N_FUSE], job_lora, job_base, job_dora;
 } Run;
 
 static bool lm(const char *model, const char *adapter, Run *r, Lm *out) {
@@ -165,6 +167,17 @@ static bool prepare(const Case *c, Run *r) {
         ok = ok && sh("'%s' fuse --model '%s' --adapter-path '%s' --save-path '%s' --export-gguf --gguf-type q8_0 "
                       "--gguf-path fused.gguf > '%s.log' 2>&1", bin, base, ad, path(c->name, "fused_q8_0"),
                       path(c->name, "fused_q8_0")) == 0;
+    if (c->dora) {
+        const char *dora = path(c->name, "dora");
+        ok = ok && sh("'%s' train --model '%s' --data demo/data --iters 30 --batch-size 4 --num-layers -1 "
+                      "--learning-rate 2e-3 --max-seq-length 64 --val-batches 1 --steps-per-eval 100 --threads 1 "
+                      "--adapter-path '%s' -c tests/llama/lora_all.yaml --fine-tune-type dora > '%s.log' 2>&1", bin,
+                      base, dora, dora) == 0;
+        ok = ok && sh("'%s' fuse --model '%s' --adapter-path '%s' --save-path '%s' --gguf-type f32 > '%s.log' 2>&1",
+                      bin, base, dora, path(c->name, "fused_dora"), path(c->name, "fused_dora")) == 0;
+        ok = ok && lm(base, dora, r, &r->dora_ad) && lm(path(c->name, "fused_dora/ggml-model-f16.gguf"), NULL, r,
+                                                       &r->dora_fused);
+    }
     CHECK_MSG(ok, "%s: lmtune train/fuse failed (logs in %s)", c->name, path(c->name, ""));
     if (!ok) return false;
     /* the PEFT export: A (r, in) and B (out, r) of the 7 projections of each block */
@@ -198,7 +211,7 @@ static bool prepare(const Case *c, Run *r) {
         CHECK(gguf_find_kv(&g, "tokenizer.ggml.merges") != NULL);
         gguf_close(&g);
     }
-    /* (6) the CLI's generate */
+    /* (7) the CLI's generate */
     char want[4096], got[4096];
     ok = generate(base, ad, want, sizeof want) && generate(fused[0], NULL, got, sizeof got);
     CHECK_MSG(ok && !strcmp(want, got), "%s: lmtune generate on the fused file printed\n%s\ninstead of\n%s", c->name,
@@ -207,7 +220,7 @@ static bool prepare(const Case *c, Run *r) {
 }
 
 static void report(const char *c, const char *what, double err, double bound, int same, int need) {
-    printf("%-16s %-46s %10.3g %10.3g %5d/%d (need %d)\n", c, what, err, bound, same, GREEDY, need);
+    printf("%-16s %-52s %10.3g %10.3g %5d/%d (need %d)\n", c, what, err, bound, same, GREEDY, need);
     CHECK_MSG(err <= bound, "%s %s: logits off by %.3g relative (bound %.3g)", c, what, err, bound);
     CHECK_MSG(same >= need, "%s %s: greedy tokens agree on %d (need %d)", c, what, same, need);
 }
@@ -251,12 +264,16 @@ int main(void) {
         llama_job_add(jobs, path(CASES[c].name, "base/model.gguf"), path(CASES[c].name, "lora.gguf"), &run, 1, NULL, 0);
         r->job_base = n_jobs++;
         llama_job_add(jobs, path(CASES[c].name, "base/model.gguf"), NULL, &run, 1, NULL, 0);
+        if (CASES[c].dora) {
+            r->job_dora = n_jobs++;
+            llama_job_add(jobs, path(CASES[c].name, "fused_dora/ggml-model-f16.gguf"), NULL, &run, 1, NULL, 0);
+        }
     }
     json_t *res = llama_run_jobs(jobs, root);
     json_decref(jobs);
     CHECK(res != NULL);
     if (!res) return check_finish("llama_fuse_gguf");
-    printf("%-16s %-46s %10s %10s %s\n", "base", "comparison", "max rel", "bound", "greedy");
+    printf("%-16s %-52s %10s %10s %s\n", "base", "comparison", "max rel", "bound", "greedy");
     float *lc = mem_alloc((size_t)128 * 512 * sizeof(float));
     float *lc32 = mem_alloc((size_t)128 * 512 * sizeof(float));
     for (int c = 0; c < N_CASES; c++) {
@@ -268,7 +285,7 @@ int main(void) {
         report(cs->name, "lmtune: fused f32 vs base + adapter", rel_err(r->fused[0].logits, r->base_ad.logits, n),
                1e-5, agree(r->fused[0].greedy, r->base_ad.greedy, GREEDY), GREEDY);
         double without = rel_err(r->base.logits, r->base_ad.logits, n);
-        printf("%-16s %-46s %10.3g %10s\n", cs->name, "lmtune: base without the adapter (must differ)", without,
+        printf("%-16s %-52s %10.3g %10s\n", cs->name, "lmtune: base without the adapter (must differ)", without,
                "> 1e-2");
         CHECK_MSG(without > 1e-2, "%s: the adapter changes the logits by %.3g only", cs->name, without);
         /* (2) llama.cpp on each fused file vs lmtune on it */
@@ -309,6 +326,23 @@ int main(void) {
             CHECK(ng == GREEDY);
             report(cs->name, "base alone: llama.cpp vs lmtune", rel_err(lc, r->base.logits, n), Q_BOUND,
                    agree(g, r->base.greedy, GREEDY), clear_picks(&r->base, n, Q_BOUND));
+        }
+        if (cs->dora) {
+            /* DoRA (no GGUF adapter can carry it): fused f32 against lmtune's base + adapter */
+            report(cs->name, "DoRA: lmtune fused f32 vs base + adapter",
+                   rel_err(r->dora_fused.logits, r->dora_ad.logits, n), 1e-5,
+                   agree(r->dora_fused.greedy, r->dora_ad.greedy, GREEDY), GREEDY);
+            got = true;
+            for (int t = 0; t < r->T && got; t++)
+                got = llama_logits(res, r->job_dora, 0, t, lc + (size_t)t * r->V, r->V);
+            CHECK_MSG(got, "%s: no llama.cpp logits for the DoRA fuse", cs->name);
+            if (got) {
+                CHECK(llama_greedy(res, r->job_dora, 0, g, GREEDY) == GREEDY);
+                report(cs->name, "DoRA: llama.cpp fused f32 vs lmtune base + adapter",
+                       rel_err(lc, r->dora_ad.logits, n), 1e-4, agree(g, r->dora_ad.greedy, GREEDY), GREEDY);
+            }
+            mem_free(r->dora_ad.logits);
+            mem_free(r->dora_fused.logits);
         }
         mem_free(r->base_ad.logits);
         mem_free(r->base.logits);
