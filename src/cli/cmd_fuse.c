@@ -129,6 +129,8 @@ int cmd_fuse(int argc, char **argv) {
         int rc = gguf_base ? gguf_fuse_plan(a.model, a.adapter_path, type, &plan)
                            : fuse_plan(a.model, a.adapter_path, &plan);
         if (rc == 0) rc = plan_note(&plan, MEM_RUNTIME, "process baseline", infer_baseline_now(NULL), false);
+        /* a small model's fuse peaks in the start-up probe, not in the merge */
+        if (rc == 0) rc = plan_note_startup_peak(&plan);
         if (rc == 0 && plan_total(&plan) > a.memory_limit) {
             char msg[2048];
             plan_limit_text(&plan, a.memory_limit, msg, sizeof msg);
