@@ -64,6 +64,11 @@ echo "not a gguf" >"$G/text.gguf"
 expect_error "not a GGUF" "$G/text.gguf" \
   "$BIN" fuse --model "$G/text.gguf" --adapter-path "$SCRATCH/ga" --save-path "$SCRATCH/o8"
 nothing_written "not a GGUF" "$SCRATCH/o8"
+# an architecture lmtune does not read from GGUF (as a qwen35 file): named, refused
+LC_ALL=C sed 's/llama/mamba/g' "$BASE" >"$G/mamba.gguf"
+expect_error "unsupported architecture" "$G/mamba.gguf: general.architecture \"mamba\" is not supported" \
+  "$BIN" fuse --model "$G/mamba.gguf" --adapter-path "$SCRATCH/ga" --save-path "$SCRATCH/o10"
+nothing_written "unsupported architecture" "$SCRATCH/o10"
 expect_error "memory limit" "the run needs .* but --memory-limit is 1 B" \
   "$BIN" fuse --model "$BASE" --adapter-path "$SCRATCH/ga" --save-path "$SCRATCH/o9" --memory-limit 1B
 nothing_written "memory limit" "$SCRATCH/o9"
