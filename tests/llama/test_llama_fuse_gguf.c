@@ -15,6 +15,8 @@
  *   (1) lmtune on the fused f32 file vs lmtune on the base with the adapter:
  *       1e-5 of the largest logit, the 32 greedy tokens (KV-cached decode,
  *       as generate) equal;
+ *       the f16 and q8_0 fuses, whose merged matrices are rounded, within
+ *       the bounds of (2) with greedy tokens equal while the pick is clear;
  *   (2) llama.cpp on the fused file vs lmtune on the same file: the bounds
  *       of test_llama_interop.c (f32 1e-4 and all 32 greedy tokens; f16
  *       16 * 2^-11 and q8_0 16/127 with greedy tokens equal while lmtune's
@@ -284,6 +286,13 @@ int main(void) {
         /* (1) and (5): lmtune on its own files */
         report(cs->name, "lmtune: fused f32 vs base + adapter", rel_err(r->fused[0].logits, r->base_ad.logits, n),
                1e-5, agree(r->fused[0].greedy, r->base_ad.greedy, GREEDY), GREEDY);
+        /* the rounded fuses: the merged matrices rounded to f16 / q8_0, the bound of that rounding */
+        for (int f = 1; f < cs->n_fuse; f++) {
+            char what[80];
+            snprintf(what, sizeof what, "lmtune: fused %s vs base + adapter", FUSE_TYPE[f]);
+            report(cs->name, what, rel_err(r->fused[f].logits, r->base_ad.logits, n), FUSE_TOL[f],
+                   agree(r->fused[f].greedy, r->base_ad.greedy, GREEDY), clear_picks(&r->base_ad, n, FUSE_TOL[f]));
+        }
         double without = rel_err(r->base.logits, r->base_ad.logits, n);
         printf("%-16s %-52s %10.3g %10s\n", cs->name, "lmtune: base without the adapter (must differ)", without,
                "> 1e-2");
