@@ -2,7 +2,9 @@
  * weights (`lmtune fuse`), or exported for other tools (a PEFT adapter
  * directory; GGUF: model/gguf_export.h). Works on the files alone:
  * the base model's safetensors, the adapter's adapters.safetensors and
- * adapter_config.json (MLX-LM's format). */
+ * adapter_config.json (MLX-LM's format). A GGUF base is fused by
+ * gguf_fuse_model (model/gguf_export.h, fuse_gguf.c) with fuse_merge_lora's
+ * arithmetic. */
 #ifndef LT_FUSE_H
 #define LT_FUSE_H
 #include <stdbool.h>

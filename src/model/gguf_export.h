@@ -1,7 +1,8 @@
 /* gguf_export.h: models and LoRA adapters for llama.cpp, written as its
  * converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py) write them.
  * What an architecture is called in GGUF, its tensor names and whether its
- * q/k rows are permuted is the table of formats/gguf_arch.h. */
+ * q/k rows are permuted is the table of formats/gguf_arch.h. Also the fuse
+ * of an adapter into a GGUF base, written as a GGUF file (fuse_gguf.c). */
 #ifndef LT_GGUF_EXPORT_H
 #define LT_GGUF_EXPORT_H
 #include <stdbool.h>
