@@ -71,6 +71,8 @@ static size_t scalar_size(int t) {
     }
 }
 
+size_t gguf_scalar_size(int type) { return scalar_size(type); }
+
 /* Widens one little-endian scalar into kv's u / i / f. */
 static void widen(GgufKV *kv, int t, const uint8_t *p) {
     uint64_t u = 0;

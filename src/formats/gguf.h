@@ -90,6 +90,9 @@ void gguf_close(GgufFile *g);
 
 const GgufKV *gguf_find_kv(const GgufFile *g, const char *key);
 const GgufTensorInfo *gguf_find_tensor(const GgufFile *g, const char *name);
+/* Bytes of one value of a scalar GGUF_TYPE_*; 0 for STRING, ARRAY and
+ * invalid types. */
+size_t gguf_scalar_size(int type);
 /* Typed access with errors naming the file and key. An absent key is an
  * error when `required`, else leaves *out unchanged and returns 0. Integer
  * getters accept any integer type whose value fits. */
@@ -107,6 +110,8 @@ int64_t gguf_arr_i64(const GgufKV *kv, uint64_t i);
 typedef struct {
     const char *key;
     int type;                 /* STRING, UINT32, INT32, FLOAT32, BOOL, or ARRAY */
+    const GgufKV *from;       /* or, when set, this key-value of an open file written as it was read
+                               * (any type; key and type taken from it) */
     const char *str;
     uint32_t u32;
     int32_t i32;
@@ -137,6 +142,7 @@ typedef struct {
 /* Bytes of a tensor's data, or 0 (with an error) when ne[0] does not fit the
  * type's blocks or the size overflows. */
 size_t gguf_tensor_bytes(const GgufTensorOut *t);
-/* Writes PATH atomically (temporary file, fsync, rename). */
+/* Writes PATH atomically (temporary file, fsync, rename). The one buffer
+ * produce() fills is as large as the largest produced tensor. */
 int gguf_write(const char *path, const GgufKVOut *kvs, size_t n_kv, const GgufTensorOut *ts, size_t n_t);
 #endif

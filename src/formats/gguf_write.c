@@ -45,7 +45,34 @@ size_t gguf_tensor_bytes(const GgufTensorOut *t) {
     return n;
 }
 
+static int w_strn(FILE *f, const GgufStr *s) {
+    if (w_u64(f, s->n) < 0) return -1;
+    return w(f, s->p, s->n);
+}
+
+/* A key-value of a read file, written back byte for byte: a scalar's bytes
+ * are the low bytes of its widened `u` (gguf.c copies them there), an array
+ * of scalars is still packed in the source mapping. */
+static int w_kv_copy(FILE *f, const GgufKV *kv, const char *path) {
+    int bad = w_str(f, kv->key) | w_u32(f, (uint32_t)kv->type);
+    if (kv->type == GGUF_TYPE_STRING) return bad | w_strn(f, &kv->str);
+    if (kv->type != GGUF_TYPE_ARRAY) {
+        size_t sz = gguf_scalar_size(kv->type);
+        if (sz == 0) return error_set("%s: GGUF key %s: unsupported value type %d", path, kv->key, kv->type);
+        return bad | w(f, &kv->u, sz);
+    }
+    bad |= w_u32(f, (uint32_t)kv->arr_type) | w_u64(f, kv->arr_n);
+    if (kv->arr_type == GGUF_TYPE_STRING) {
+        for (uint64_t i = 0; i < kv->arr_n && !bad; i++) bad |= w_strn(f, &kv->arr_str[i]);
+        return bad;
+    }
+    size_t es = gguf_scalar_size(kv->arr_type);
+    if (es == 0) return error_set("%s: GGUF key %s: unsupported array type %d", path, kv->key, kv->arr_type);
+    return bad | w(f, kv->arr, (size_t)kv->arr_n * es);
+}
+
 static int w_kv(FILE *f, const GgufKVOut *kv, const char *path) {
+    if (kv->from) return w_kv_copy(f, kv->from, path);
     int bad = w_str(f, kv->key) | w_u32(f, (uint32_t)kv->type);
     switch (kv->type) {
     case GGUF_TYPE_STRING:
@@ -80,7 +107,7 @@ int gguf_write(const char *path, const GgufKVOut *kvs, size_t n_kv, const GgufTe
     for (size_t i = 0; i < n_t; i++) {
         size_t b = gguf_tensor_bytes(&ts[i]);
         if (b == 0 && ts[i].ne[0] > 0) return error_prefix("%s", path);
-        if (b > max_bytes) max_bytes = b;
+        if (!ts[i].data && b > max_bytes) max_bytes = b;
     }
     AtomicFile af;
     TRY(atomic_open(&af, path));

@@ -22,13 +22,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The model's config (prefixes), with the weight prefix (and Qwen3.5 layout) of its files. */
+/* The model's config (prefixes): config.json or a GGUF file's metadata, with
+ * the weight prefix (and Qwen3.5 layout) of its safetensors files. */
 static int load_model_config(ModelConfig *mc, const char *model_dir, const StModel *st) {
-    char *cfg_path = path_join(model_dir, "config.json");
-    if (!cfg_path) return -1;
-    int rc = hf_config_load(mc, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
+    TRY(model_config_load(model_dir, mc));
     return st ? model_tensors_resolve(mc, st) : 0;
 }
 
@@ -123,11 +120,10 @@ static int check_lora_shapes(const StFile *ad, const char *wname, const WeightAd
     return 0;
 }
 
-/* W (out, in) fp32 in place: W += scale * B^T A^T; DoRA rescales rows. */
-static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t out, int64_t in, int r) {
-    gemm_f32(w, wa->b->data, wa->a->data, (int)out, (int)in, r, true, true, scale, 1.0f);
-    if (wa->m) {
-        const float *m = wa->m->data;
+void fuse_merge_lora(float *w, const float *a, const float *b, const float *m, float scale, int64_t out, int64_t in,
+                     int r) {
+    gemm_f32(w, b, a, (int)out, (int)in, r, true, true, scale, 1.0f);
+    if (m) {
         for (int64_t o = 0; o < out; o++) {
             double ss = 0;
             for (int64_t i = 0; i < in; i++) ss += (double)w[o * in + i] * w[o * in + i];
@@ -135,6 +131,11 @@ static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t o
             for (int64_t i = 0; i < in; i++) w[o * in + i] *= k;
         }
     }
+}
+
+/* W (out, in) fp32 in place: W += scale * B^T A^T; DoRA rescales rows. */
+static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t out, int64_t in, int r) {
+    fuse_merge_lora(w, wa->a->data, wa->b->data, wa->m ? wa->m->data : NULL, scale, out, in, r);
 }
 
 static int open_adapter(const char *adapter_dir, AdapterConfig *ac, StFile *ad) {
@@ -557,7 +558,11 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     ModelConfig *mc = mem_alloc(sizeof *mc);
     StModel base = {0};
     if (!mc) return -1;
-    if (st_model_open(&base, model_dir, true) < 0 || load_model_config(mc, model_dir, &base) < 0) {
+    /* a GGUF base: the adapter is in Hugging Face's names and row order (lmtune trains in that
+     * order whatever the file), so it is PEFT's adapter of the model the GGUF was converted from */
+    bool gguf = model_is_gguf(model_dir);
+    if ((!gguf && st_model_open(&base, model_dir, true) < 0) ||
+        load_model_config(mc, model_dir, gguf ? NULL : &base) < 0) {
         st_model_close(&base);
         mem_free(mc);
         return -1;

@@ -2,11 +2,14 @@
  * weights (`lmtune fuse`), or exported for other tools (a PEFT adapter
  * directory; GGUF: model/gguf_export.h). Works on the files alone:
  * the base model's safetensors, the adapter's adapters.safetensors and
- * adapter_config.json (MLX-LM's format). */
+ * adapter_config.json (MLX-LM's format). A GGUF base is fused by
+ * gguf_fuse_model (model/gguf_export.h, fuse_gguf.c) with fuse_merge_lora's
+ * arithmetic. */
 #ifndef LT_FUSE_H
 #define LT_FUSE_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "model/model.h"
 
 typedef struct {
@@ -37,6 +40,13 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
  * buffers, the base files and the adapter file, all resident through their
  * mappings by the last shard. A quantized base is an error (not planned). */
 int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan);
-/* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json. */
+/* The merge of one matrix, fp32 in place: W (out, in) += scale * B^T A^T with
+ * a = A (in, r) and b = B (r, out) as MLX-LM stores them; with m (out, DoRA's
+ * magnitudes) row o is then rescaled to m[o] / ||W[o, :]||. */
+void fuse_merge_lora(float *w, const float *a, const float *b, const float *m, float scale, int64_t out, int64_t in,
+                     int r);
+/* PEFT: adapter_model.safetensors (lora_A [r, in], lora_B [out, r]) + adapter_config.json.
+ * model_dir may be a GGUF file: the adapter keeps Hugging Face's names and row
+ * order, so it is the adapter of the model that file was converted from. */
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir);
 #endif

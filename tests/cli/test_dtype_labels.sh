@@ -204,6 +204,13 @@ rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^T
 "$BIN" generate --model "$G" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
   > "$o/gen.txt" 2> "$o/gen.err"
 rc=$?; ok '[ $rc -eq 0 ]' "generate on a GGUF base: $(tail -1 "$o/gen.err")"
+"$BIN" fuse --model "$G" --adapter-path "$o/ad" --save-path "$o/fused" --gguf-type f32 --memory-limit 8GB \
+  > "$o/fuse.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && [ -s "$o/fused/ggml-model-f16.gguf" ]' "fuse on a GGUF base: $(tail -1 "$o/fuse.log")"
+"$BIN" eval --model "$o/fused/ggml-model-f16.gguf" --data "$T/data" --batch-size 2 --max-seq-length 48 --threads 1 \
+  > "$o/eval_fused.log" 2>&1
+rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/eval_fused.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+  "eval of the fused GGUF (f32) = eval of the GGUF base + adapter: $(tail -1 "$o/eval_fused.log")"
 echo "summary cli/dtype_labels: $checks checks, $fail failed (3 stored dtypes x 6 labels x 7 commands; a 4-bit model" \
-  "x 3 labels x 6 commands; a GGUF base x 6 commands)"
+  "x 3 labels x 6 commands; a GGUF base x 7 commands)"
 [ $fail -eq 0 ]

@@ -262,6 +262,75 @@ static void round_trip(void) {
     gguf_close(&g);
 }
 
+/* Every key-value type, read and written back with GgufKVOut.from (what
+ * fuse on a GGUF base does with the base's metadata): the file comes out
+ * byte for byte the same. */
+static void copy_every_type(void) {
+    static const int scalars[] = {GGUF_TYPE_UINT8, GGUF_TYPE_INT8, GGUF_TYPE_UINT16, GGUF_TYPE_INT16,
+                                  GGUF_TYPE_UINT32, GGUF_TYPE_INT32, GGUF_TYPE_FLOAT32, GGUF_TYPE_BOOL,
+                                  GGUF_TYPE_UINT64, GGUF_TYPE_INT64, GGUF_TYPE_FLOAT64};
+    enum { NS = sizeof scalars / sizeof scalars[0] };
+    Buf f = {0};
+    put(&f, "GGUF", 4);
+    u32(&f, 3);
+    u64(&f, 1);
+    u64(&f, 2 * NS + 2);
+    uint8_t val[8] = {0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x81};
+    char key[32];
+    for (int i = 0; i < NS; i++) {
+        size_t sz = gguf_scalar_size(scalars[i]);
+        snprintf(key, sizeof key, "k.scalar%d", scalars[i]);
+        str(&f, key);
+        u32(&f, (uint32_t)scalars[i]);
+        if (scalars[i] == GGUF_TYPE_BOOL) put(&f, "\1", 1);
+        else put(&f, val, sz);
+        snprintf(key, sizeof key, "k.array%d", scalars[i]);
+        str(&f, key);
+        u32(&f, GGUF_TYPE_ARRAY);
+        u32(&f, (uint32_t)scalars[i]);
+        u64(&f, 3);
+        for (int k = 0; k < 3; k++) {
+            if (scalars[i] == GGUF_TYPE_BOOL) put(&f, k == 1 ? "\1" : "\0", 1);
+            else put(&f, val + k % 2, sz);
+        }
+    }
+    str(&f, "k.string");
+    u32(&f, GGUF_TYPE_STRING);
+    str(&f, "a string");
+    str(&f, "k.strings");
+    u32(&f, GGUF_TYPE_ARRAY);
+    u32(&f, GGUF_TYPE_STRING);
+    u64(&f, 3);
+    str(&f, "x");
+    str(&f, "");
+    str(&f, "\xE2\x96\x81y");
+    str(&f, "t");
+    u32(&f, 1);
+    u64(&f, 8);
+    u32(&f, GGML_TYPE_F32);
+    u64(&f, 0);
+    pad(&f);
+    for (int i = 0; i < 32; i++) f.b[f.n++] = (uint8_t)(3 * i);
+    char src[256], dst[256];
+    snprintf(src, sizeof src, "%s/every_type.gguf", dir);
+    snprintf(dst, sizeof dst, "%s/every_type_copy.gguf", dir);
+    CHECK(atomic_write_file(src, f.b, f.n) == 0);
+    GgufFile g;
+    CHECK(gguf_open(&g, src) == 0);
+    CHECK(g.n_kv == 2 * NS + 2);
+    GgufKVOut kv[2 * NS + 2];
+    for (size_t i = 0; i < g.n_kv; i++) kv[i] = (GgufKVOut){.from = &g.kv[i]};
+    const GgufTensorInfo *t = &g.tensors[0];
+    GgufTensorOut ts = {t->name, 1, {8, 1, 1, 1}, t->type, t->data, NULL, NULL, 0};
+    CHECK(gguf_write(dst, kv, g.n_kv, &ts, 1) == 0);
+    gguf_close(&g);
+    char *out;
+    size_t n;
+    CHECK(file_read_all(dst, 0, &out, &n) == 0);
+    CHECK_MSG(n == f.n && !memcmp(out, f.b, n), "the copy differs (%zu bytes, the source %zu)", n, f.n);
+    mem_free(out);
+}
+
 static void model_config(void) {
     ModelConfig c;
     hf_config_init(&c, "llama");
@@ -351,6 +420,7 @@ int main(void) {
     CHECK(dir_ensure(dir) == 0);
     bad_inputs();
     round_trip();
+    copy_every_type();
     model_config();
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -87,8 +87,9 @@ static inline int produce(void *ctx, size_t i, void *dst, size_t bytes) {
     return 0;
 }
 
-/* src (an f32 GGUF model) with every matrix in `type`; the metadata copied. */
-static inline int requantize(const char *src, const char *dst, int type) {
+/* src (an f32 GGUF model) with every matrix in `type` but the tensor named
+ * `keep` (NULL: none), which stays f32; the metadata copied. */
+static inline int requantize_keep(const char *src, const char *dst, int type, const char *keep) {
     GgufFile g;
     TRY(gguf_open(&g, src));
     GgufKVOut *kv = mem_calloc(g.n_kv + 1, sizeof *kv);
@@ -120,7 +121,7 @@ static inline int requantize(const char *src, const char *dst, int type) {
         const GgufTensorInfo *t = &g.tensors[i];
         ts[i] = (GgufTensorOut){t->name, t->n_dims, {(uint64_t)t->ne[0], (uint64_t)t->ne[1], 1, 1}, t->type, t->data,
                                 NULL, NULL, 0};
-        if (t->n_dims != 2) continue;
+        if (t->n_dims != 2 || (keep && !strcmp(t->name, keep))) continue;
         rq[i] = (Requant){type, (float *)t->data, t->ne[0]};
         ts[i].type = type;
         ts[i].data = NULL;
@@ -136,6 +137,11 @@ static inline int requantize(const char *src, const char *dst, int type) {
     mem_free(kv);
     gguf_close(&g);
     return rc;
+}
+
+/* src (an f32 GGUF model) with every matrix in `type`; the metadata copied. */
+static inline int requantize(const char *src, const char *dst, int type) {
+    return requantize_keep(src, dst, type, NULL);
 }
 
 #endif

@@ -6,7 +6,8 @@
  * to miss: an untied LM head with a vocabulary of 4096 of which the data
  * reads a few dozen ids, a hidden size that is not a multiple of 64, a bf16
  * file, a f32 file converted to bf16 at load, full fine-tuning with
- * accumulation and checkpointing, a 4-bit MLX base and a GGUF q8_0 base.
+ * accumulation and checkpointing, a 4-bit MLX base and a GGUF q8_0 base
+ * (trained on, and fused into).
  * bench/memory.py runs the wide matrix. */
 #include "base/fileio.h"
 #include "check.h"
@@ -188,6 +189,28 @@ int main(void) {
     snprintf(args, sizeof args, "--model %s/untied.gguf --data %s/data --num-layers 2 --batch-size 2 --iters 3 "
              "--grad-checkpoint", dir, dir);
     compare("GGUF q8_0 base, last 2 blocks, checkpointing", args);
+    /* fuse on a GGUF base: one merged matrix in fp32 and in the output type,
+     * the mapped file and adapter (the refusal's total, as above). A model
+     * wide enough for the merge to peak above the start-up probe. */
+    snprintf(path, sizeof path, "%s/wide.json", dir);
+    write_config(path, 256, 1024, 2, 8, 2, 4096, false);
+    CHECK(sh("%s init --config %s --out %s/wide >/dev/null", bin, path, dir) == 0);
+    CHECK(sh("%s train --model %s/wide --data %s/data --num-layers -1 --batch-size 2 --iters 1 --adapter-path "
+             "%s/wide_ad >/dev/null 2>&1", bin, dir, dir, dir) == 0);
+    CHECK(sh("%s fuse --model %s/wide --adapter-path %s/wide_ad --save-path %s/wide_f --export-gguf "
+             "--gguf-type q8_0 --gguf-path %s/wide.gguf >/dev/null", bin, dir, dir, dir, dir) == 0);
+    snprintf(args, sizeof args, "%s fuse --model %s/wide.gguf --adapter-path %s/wide_ad --save-path %s/gfused "
+             "--gguf-type f32 --memory-limit 1B 2>&1", bin, dir, dir, dir);
+    p = popen(args, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    if (p) pclose(p);
+    needs = strstr(out, "the run needs ");
+    mb = needs ? strtod(needs + 14, NULL) : 0;
+    printf("the refusal: %s", out);
+    snprintf(args, sizeof args, "--model %s/wide.gguf --adapter-path %s/wide_ad --save-path %s/gfused2 "
+             "--gguf-type f32 --memory-limit 10GB", dir, dir, dir);
+    report("fuse on a GGUF q8_0 base, hidden 256, f32 (the refusal's)", (size_t)(mb * 1e6), measured_cmd("fuse", args));
     CHECK(sh("rm -rf %s", dir) == 0);
     return check_finish("memory/plan_exact");
 }
