@@ -127,7 +127,7 @@ int cmd_fuse(int argc, char **argv) {
         /* planned from the headers and the adapter: refused before any weight is read */
         MemPlan plan = {0};
         int rc = gguf_base ? gguf_fuse_plan(a.model, a.adapter_path, type, &plan)
-                           : fuse_plan(a.model, a.adapter_path, &plan);
+                           : fuse_plan(a.model, a.adapter_path, a.dequantize, &plan);
         if (rc == 0) rc = plan_note(&plan, MEM_RUNTIME, "process baseline", infer_baseline_now(NULL), false);
         /* a small model's fuse peaks in the start-up probe, not in the merge */
         if (rc == 0) rc = plan_note_startup_peak(&plan);

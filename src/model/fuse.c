@@ -167,27 +167,35 @@ static size_t write_bytes(const StWriteTensor *t) {
     return n * (size_t)dtype_bits(t->dtype) / 8;
 }
 
-int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int fuse_plan(const char *model_dir, const char *adapter_dir, bool dequantize, MemPlan *plan) {
     AdapterConfig ac;
     StFile ad = {0};
     StModel base = {0};
+    QuantConfig qc = {0};
     ModelConfig *cfg = mem_alloc(sizeof *cfg);
     TRY_PTR(cfg);
     char *cfg_path = path_join(model_dir, "config.json");
     int crc = cfg_path ? hf_config_load(cfg, cfg_path) : -1;
+    if (crc == 0) crc = quant_config_load(&qc, cfg_path);
     mem_free(cfg_path);
-    WeightsSummary ws;
-    if (crc == 0) crc = model_weights_summary(model_dir, cfg, &ws);
-    if (crc == 0 && ws.quantized)
-        crc = error_set("%s: planning the fuse of a quantized model is not supported yet", model_dir);
     if (crc == 0) crc = open_adapter(adapter_dir, &ac, &ad);
     if (crc < 0) {
+        quant_config_free(&qc);
         mem_free(cfg);
         return -1;
     }
     int rc = st_model_open(&base, model_dir, true);
     if (rc == 0) rc = load_model_config(cfg, model_dir, &base);
-    size_t merged = 0, tensors = 0, files = 0, n_shapes = 0;
+    /* held: what waits for its shard (fp32 merged matrices; re-quantized
+     * codes, scales and biases; --dequantize's dense matrices, allocated in
+     * fp32 and narrowed in place); transient: the largest quantized module's
+     * fp32 expansion while it is merged and re-quantized */
+    size_t held = 0, transient = 0, tensors = 0, quantized = 0, files = 0, n_shapes = 0;
     MatmulShape shapes[PROJ_COUNT];
     for (size_t f = 0; rc == 0 && f < base.n_files; f++) {
         files += base.files[f].file_size;
@@ -195,25 +203,48 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
             const StTensor *t = &base.files[f].tensors[i];
             WeightAdapter wa;
             rc = find_adapter(&ad, &ac, cfg, t->name, &wa);
-            if (rc == 0 && (wa.full || wa.a)) {
-                merged += t->nelem * sizeof(float);
+            char stem[220];
+            snprintf(stem, sizeof stem, "%.*s", (int)strlen(t->name) - 7, t->name);
+            QuantParams qp;
+            int q = rc == 0 && qc.present && has_suffix(t->name, ".weight") ? quant_module(&qc, &base, stem, &qp) : 0;
+            if (q < 0) rc = -1;
+            int64_t rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->ndim == 2 ? t->shape[1] : 0;
+            if (rc == 0 && q == 1 && (wa.a || wa.full || dequantize)) {
+                cols = cols * 32 / qp.bits;
+                size_t n = (size_t)rows * (size_t)cols, es = 2;
+                char snm[240];
+                snprintf(snm, sizeof snm, "%s.scales", stem);
+                const StTensor *sc = st_model_find(&base, snm);
+                if (sc && sc->dtype == DTYPE_F32) es = 4;
+                held += dequantize ? n * sizeof(float) : n * (size_t)qp.bits / 8 + 2 * (n / (size_t)qp.group) * es;
+                /* re-quantizing frees the expansion; dequantizing keeps it as the output */
+                if (!dequantize && n * sizeof(float) > transient) transient = n * sizeof(float);
+                quantized++;
+            } else if (rc == 0 && q == 0 && (wa.full || wa.a)) {
+                held += t->nelem * sizeof(float);
                 tensors++;
             }
-            if (rc == 0 && wa.a && t->ndim == 2 && n_shapes < PROJ_COUNT) {
+            if (rc == 0 && wa.a && rows > 0 && n_shapes < PROJ_COUNT) {
                 /* merge_lora's product: one primitive per projection shape */
-                MatmulShape k = matmul_shape_gemm((int)t->shape[0], (int)t->shape[1], ac.rank, true, true, ac.scale,
-                                                  1.0f);
+                MatmulShape k = matmul_shape_gemm((int)rows, (int)cols, ac.rank, true, true, ac.scale, 1.0f);
                 bool seen = false;
                 for (size_t j = 0; j < n_shapes; j++) seen = seen || !memcmp(&shapes[j], &k, sizeof k);
                 if (!seen) shapes[n_shapes++] = k;
             }
         }
     }
-    char nm[96];
+    char nm[128];
     if (rc == 0) {
-        snprintf(nm, sizeof nm, "%zu merged tensors, held in fp32 until written", tensors);
-        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, merged, false);
+        if (quantized)
+            snprintf(nm, sizeof nm, "%zu merged tensors in fp32 and %zu quantized modules %s, held until written",
+                     tensors, quantized, dequantize ? "dequantized" : "re-quantized");
+        else
+            snprintf(nm, sizeof nm, "%zu merged tensors, held in fp32 until written", tensors);
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, nm, held, false);
     }
+    if (rc == 0 && transient)
+        rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "one quantized module expanded to fp32 while merged", transient,
+                       false);
     /* every byte of the base files is read through their mappings as the
      * shards are written, and every adapter tensor when merged */
     if (rc == 0) rc = plan_note(plan, MEM_FROZEN_WEIGHTS, "base weight files (mapped, all read)", files, false);
@@ -224,6 +255,7 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan) {
     if (rc == 0) rc = plan_note(plan, MEM_LIBRARY, "oneDNN scratchpad", lib.scratchpad_bytes, false);
     st_model_close(&base);
     st_close(&ad);
+    quant_config_free(&qc);
     mem_free(cfg);
     return rc;
 }
@@ -308,10 +340,6 @@ static int write_fused_config(const char *model_dir, const char *out_dir, bool d
     return rc;
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
 
 int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes,
                bool dequantize) {

@@ -35,11 +35,12 @@ int adapter_config_load(AdapterConfig *ac, const char *adapter_dir);
  * quantization (mlx_lm.fuse --dequantize). */
 int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_dir, size_t max_shard_bytes,
                bool dequantize);
-/* The memory fuse_model holds at its peak for a model of plain matrices
- * (headers and the adapter only are read): the merged tensors' fp32
- * buffers, the base files and the adapter file, all resident through their
- * mappings by the last shard. A quantized base is an error (not planned). */
-int fuse_plan(const char *model_dir, const char *adapter_dir, MemPlan *plan);
+/* The memory fuse_model holds at its peak (headers and the adapter only are
+ * read): the merged tensors' fp32 buffers, an MLX-quantized base's
+ * re-quantized codes, scales and biases (with dequantize: its dense
+ * matrices) and one module's fp32 expansion, the base files and the adapter
+ * file, all resident through their mappings by the last shard. */
+int fuse_plan(const char *model_dir, const char *adapter_dir, bool dequantize, MemPlan *plan);
 /* The merge of one matrix, fp32 in place: W (out, in) += scale * B^T A^T with
  * a = A (in, r) and b = B (r, out) as MLX-LM stores them; with m (out, DoRA's
  * magnitudes) row o is then rescaled to m[o] / ||W[o, :]||. */

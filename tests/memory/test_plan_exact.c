@@ -108,6 +108,27 @@ static void compare_infer(const char *what, const char *command, const char *arg
     report(what, planned_by(command, with), measured_cmd(command, args));
 }
 
+/* `fuse --memory-limit 1B` prints the plan's total in its refusal (MB with 2
+ * decimals); the same fuse with room to spare is measured. */
+static void compare_fuse(const char *what, const char *model, const char *adapter, const char *extra) {
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "%s fuse --model %s/%s --adapter-path %s/%s --save-path %s/fused_r %s --memory-limit 1B "
+             "2>&1", bin, dir, model, dir, adapter, dir, extra);
+    FILE *p = popen(cmd, "r");
+    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    if (p) pclose(p);
+    const char *needs = strstr(out, "the run needs ");
+    double mb = needs ? strtod(needs + 14, NULL) : 0;
+    char args[1024];
+    snprintf(args, sizeof args, "--model %s/%s --adapter-path %s/%s --save-path %s/fused_m %s --memory-limit 10GB",
+             dir, model, dir, adapter, dir, extra);
+    size_t m = measured_cmd("fuse", args);
+    report(what, (size_t)(mb * 1e6), m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/fused_m %s/fused_r", dir, dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     bin = getenv("LMTUNE_BIN");
     if (!bin) bin = "./lmtune";
@@ -161,20 +182,7 @@ int main(void) {
     snprintf(args, sizeof args, "--model %s/untied --data %s/data --num-layers -1 --batch-size 4 --iters 1 "
              "--steps-per-report 1 --adapter-path %s/fuse_ad", dir, dir, dir);
     CHECK(sh("%s train %s >/dev/null 2>&1", bin, args) == 0);
-    char out[4096];
-    snprintf(args, sizeof args, "%s fuse --model %s/untied --adapter-path %s/fuse_ad --save-path %s/fused "
-             "--memory-limit 1B 2>&1", bin, dir, dir, dir);
-    FILE *p = popen(args, "r");
-    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[got] = 0;
-    if (p) pclose(p);
-    const char *needs = strstr(out, "the run needs ");
-    double mb = needs ? strtod(needs + 14, NULL) : 0;
-    snprintf(args, sizeof args, "--model %s/untied --adapter-path %s/fuse_ad --save-path %s/fused2 --memory-limit 10GB",
-             dir, dir, dir);
-    size_t m = measured_cmd("fuse", args);
-    /* the refusal prints MB with 2 decimals */
-    report("fuse (the refusal's total, to 10 kB)", (size_t)(mb * 1e6), m);
+    compare_fuse("fuse (the refusal's total, to 10 kB)", "untied", "fuse_ad", "");
 
     /* quantized bases: frozen matrices used as stored (MLX 4-bit codes with
      * scales and biases; a GGUF file's q8_0 blocks), the embedding's rows
@@ -184,6 +192,9 @@ int main(void) {
     snprintf(args, sizeof args, "--model %s/untied_q4 --data %s/data --num-layers -1 --batch-size 4 --iters 3", dir,
              dir);
     compare("QLoRA: 4-bit MLX base, LoRA all blocks", args);
+    /* fuse on the 4-bit base: modules merged and re-quantized, or dequantized */
+    compare_fuse("fuse on the 4-bit base (re-quantized)", "untied_q4", "ad", "");
+    compare_fuse("fuse on the 4-bit base, --dequantize", "untied_q4", "ad", "--dequantize");
     CHECK(sh("%s fuse --model %s/untied --adapter-path %s/fuse_ad --save-path %s/fused3 --export-gguf "
              "--gguf-type q8_0 --gguf-path %s/untied.gguf >/dev/null", bin, dir, dir, dir, dir) == 0);
     snprintf(args, sizeof args, "--model %s/untied.gguf --data %s/data --num-layers 2 --batch-size 2 --iters 3 "
@@ -199,18 +210,7 @@ int main(void) {
              "%s/wide_ad >/dev/null 2>&1", bin, dir, dir, dir) == 0);
     CHECK(sh("%s fuse --model %s/wide --adapter-path %s/wide_ad --save-path %s/wide_f --export-gguf "
              "--gguf-type q8_0 --gguf-path %s/wide.gguf >/dev/null", bin, dir, dir, dir, dir) == 0);
-    snprintf(args, sizeof args, "%s fuse --model %s/wide.gguf --adapter-path %s/wide_ad --save-path %s/gfused "
-             "--gguf-type f32 --memory-limit 1B 2>&1", bin, dir, dir, dir);
-    p = popen(args, "r");
-    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[got] = 0;
-    if (p) pclose(p);
-    needs = strstr(out, "the run needs ");
-    mb = needs ? strtod(needs + 14, NULL) : 0;
-    printf("the refusal: %s", out);
-    snprintf(args, sizeof args, "--model %s/wide.gguf --adapter-path %s/wide_ad --save-path %s/gfused2 "
-             "--gguf-type f32 --memory-limit 10GB", dir, dir, dir);
-    report("fuse on a GGUF q8_0 base, hidden 256, f32 (the refusal's)", (size_t)(mb * 1e6), measured_cmd("fuse", args));
+    compare_fuse("fuse on a GGUF q8_0 base, hidden 256, f32 (the refusal's)", "wide.gguf", "wide_ad", "--gguf-type f32");
     CHECK(sh("rm -rf %s", dir) == 0);
     return check_finish("memory/plan_exact");
 }
