@@ -228,19 +228,38 @@ void proj_shape(const Dims *d, int p, int *in, int *out) {
 
 float **block_slot(BlockParams *bp, const BlockTensor *t, float ***grad) {
     switch (t->role) {
-    case BT_NORM_ATTN_IN: *grad = &bp->dln1; return &bp->ln1;
-    case BT_NORM_ATTN_OUT: *grad = &bp->dpn1; return &bp->pn1;
-    case BT_NORM_MLP_IN: *grad = &bp->dln2; return &bp->ln2;
-    case BT_NORM_MLP_OUT: *grad = &bp->dpn2; return &bp->pn2;
-    case BT_Q_NORM: *grad = &bp->dqn; return &bp->qn;
-    case BT_K_NORM: *grad = &bp->dkn; return &bp->kn;
-    case BT_PROJ_BIAS: *grad = &bp->dbias[t->proj]; return &bp->bias[t->proj];
-    default: *grad = NULL; return NULL;
+    case BT_NORM_ATTN_IN:
+        *grad = &bp->dln1;
+        return &bp->ln1;
+    case BT_NORM_ATTN_OUT:
+        *grad = &bp->dpn1;
+        return &bp->pn1;
+    case BT_NORM_MLP_IN:
+        *grad = &bp->dln2;
+        return &bp->ln2;
+    case BT_NORM_MLP_OUT:
+        *grad = &bp->dpn2;
+        return &bp->pn2;
+    case BT_Q_NORM:
+        *grad = &bp->dqn;
+        return &bp->qn;
+    case BT_K_NORM:
+        *grad = &bp->dkn;
+        return &bp->kn;
+    case BT_PROJ_BIAS:
+        *grad = &bp->dbias[t->proj];
+        return &bp->bias[t->proj];
+    default:
+        *grad = NULL;
+        return NULL;
     }
 }
 
 /* Bump allocation inside one carved block: pass 1 (base NULL) sizes it. */
-typedef struct { char *base; size_t off; } Sub;
+typedef struct {
+    char *base;
+    size_t off;
+} Sub;
 static float *sub_f(Sub *s, size_t count) {
     float *p = s->base ? (float *)(s->base + s->off) : NULL;
     s->off += arena_block_size(count * sizeof(float));
@@ -451,8 +470,10 @@ static void lora_split(const Dims *d, Sub *s, LoraScratch *ls, bool dora) {
     if (d->dropout) ls->drop_x = sub_f(s, (size_t)d->N * max_in_out(d));
     if (dora) {
         size_t mx = max_in_out(d);
-        ls->at = sub_f(s, (size_t)d->r * mx); ls->wa = sub_f(s, (size_t)d->r * mx);
-        ls->g = sub_f(s, (size_t)d->r * d->r); ls->gb = sub_f(s, (size_t)d->r * mx);
+        ls->at = sub_f(s, (size_t)d->r * mx);
+        ls->wa = sub_f(s, (size_t)d->r * mx);
+        ls->g = sub_f(s, (size_t)d->r * d->r);
+        ls->gb = sub_f(s, (size_t)d->r * mx);
     }
 }
 
