@@ -26,7 +26,8 @@
 #include "tokenizer/tokenizer.h"
 
 static const char *CHATML_TEMPLATE =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 typedef struct {
@@ -43,14 +44,18 @@ static const ArgSpec INIT_SPECS[] = {
      "tiny|smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|llama-3.2-1b|llama-3.1-8b|"
      "gemma-3-270m|gemma-3-1b|phi-4-mini|smollm3-3b|qwen3.5-0.8b|qwen3.5-2b|qwen3.5-4b|tiny-qwen3.5",
      ARG_UNBOUNDED},
-    {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL, ARG_UNBOUNDED},
+    {"config", 0, ARG_STRING, OFF(config), "FILE", "a config.json to take the architecture from instead", NULL,
+     ARG_UNBOUNDED},
     {"out", 0, ARG_STRING, OFF(out), "DIR", "output directory (created)", NULL, ARG_UNBOUNDED},
     {"dtype", 0, ARG_CHOICE, OFF(dtype), "T", "weight dtype in model.safetensors", "f32|bf16", ARG_UNBOUNDED},
     {"seed", 0, ARG_U64, OFF(seed), "N", "random seed", NULL, ARG_UNBOUNDED},
     {"init", 0, ARG_CHOICE, OFF(init), "SCALE", "weight scale, explained below", "hf|fan-in", ARG_UNBOUNDED},
-    {"layers", 0, ARG_INT, OFF(layers), "N", "override num_hidden_layers; 0: keep the architecture's", NULL, ARG_AT_LEAST(0, "a non-negative integer")},
-    {"tokenizer-text", 0, ARG_STRING_LIST, OFF(tokenizer_text), "FILE", "learn a byte-level BPE tokenizer from FILE", NULL, ARG_UNBOUNDED},
-    {"vocab-size", 0, ARG_INT, OFF(vocab_size), "N", "tokenizer vocabulary when learning one (see below)", NULL, 259, "an integer in 259..1000000", 1000000, 0},
+    {"layers", 0, ARG_INT, OFF(layers), "N", "override num_hidden_layers; 0: keep the architecture's", NULL,
+     ARG_AT_LEAST(0, "a non-negative integer")},
+    {"tokenizer-text", 0, ARG_STRING_LIST, OFF(tokenizer_text), "FILE", "learn a byte-level BPE tokenizer from FILE",
+     NULL, ARG_UNBOUNDED},
+    {"vocab-size", 0, ARG_INT, OFF(vocab_size), "N", "tokenizer vocabulary when learning one (see below)", NULL, 259,
+     "an integer in 259..1000000", 1000000, 0},
 };
 #undef OFF
 static const ArgTable INIT_TABLE = {
@@ -70,7 +75,10 @@ static int rescale_fan_in(const char *dir) {
     char *path = path_join(dir, "model.safetensors");
     if (!path) return -1;
     StFile f;
-    if (st_open(&f, path) < 0) { mem_free(path); return -1; }
+    if (st_open(&f, path) < 0) {
+        mem_free(path);
+        return -1;
+    }
     StWriteTensor *wt = mem_calloc(f.n_tensors + 1, sizeof *wt);
     float **owned = mem_calloc(f.n_tensors + 1, sizeof *owned);
     int rc = -1;
@@ -92,17 +100,22 @@ static int rescale_fan_in(const char *dir) {
     rc = st_write(path, wt, f.n_tensors, mk, mv, 1);
 out:
     for (size_t i = 0; owned && i < f.n_tensors; i++) mem_free(owned[i]);
-    mem_free(owned); mem_free(wt);
+    mem_free(owned);
+    mem_free(wt);
     st_close(&f);
     mem_free(path);
     return rc;
 }
 
 static int append_file(char **text, size_t *len, const char *path) {
-    char *buf; size_t n;
+    char *buf;
+    size_t n;
     TRY(file_read_all(path, 256u << 20, &buf, &n));
     char *grown = mem_realloc(*text, *len + n + 2);
-    if (!grown) { mem_free(buf); return -1; }
+    if (!grown) {
+        mem_free(buf);
+        return -1;
+    }
     memcpy(grown + *len, buf, n);
     *len += n;
     grown[(*len)++] = '\n';
@@ -133,7 +146,8 @@ int cmd_init(int argc, char **argv) {
     }
     if (dir_ensure(out) < 0) die_with_error();
 
-    char *text = NULL; size_t len = 0;
+    char *text = NULL;
+    size_t len = 0;
     for (int i = 0; i < a.tokenizer_text.count; i++)
         if (append_file(&text, &len, a.tokenizer_text.items[i]) < 0) die_with_error();
     int tok_vocab = a.tokenizer_text.count ? a.vocab_size : 256 + 3;
@@ -145,7 +159,8 @@ int cmd_init(int argc, char **argv) {
     int real_vocab = tokenizer_vocab_size(tok);
     if (preset && (!strcmp(preset, "tiny") || !strcmp(preset, "tiny-qwen3.5"))) cfg.vocab_size = real_vocab;
     else if (cfg.vocab_size < real_vocab) cfg.vocab_size = real_vocab;
-    cfg.eos_token_ids[0] = tokenizer_eos_id(tok); cfg.n_eos = 1;
+    cfg.eos_token_ids[0] = tokenizer_eos_id(tok);
+    cfg.n_eos = 1;
     cfg.bos_token_id = -1;
     tokenizer_free(tok);
     mem_free(tok_path);

@@ -402,12 +402,14 @@ static int parse_text(ModelConfig *c, const json_t *o, const json_t *outer, cons
     } else {
         if (qwen3) return error_set("%s: missing field \"head_dim\" (qwen3 configs set it)", name);
         if (c->hidden_size % H != 0)
-            return error_set("%s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not given)",
-                             name, c->hidden_size, H);
+            return error_set(
+                "%s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not given)", name,
+                c->hidden_size, H);
         c->head_dim = c->hidden_size / H;
         if (c->head_dim > 65536) /* the range an explicit head_dim is held to */
-            return error_set("%s: hidden_size / num_attention_heads = %d is outside the supported head_dim range [1, 65536]",
-                             name, c->head_dim);
+            return error_set(
+                "%s: hidden_size / num_attention_heads = %d is outside the supported head_dim range [1, 65536]", name,
+                c->head_dim);
     }
     if (c->head_dim % 2 != 0) return error_set("%s: head_dim %d must be even (RoPE rotates pairs)", name, c->head_dim);
     if ((long long)H * c->head_dim > 1000000)
@@ -626,7 +628,11 @@ static void fmt_double(char *buf, size_t cap, double x) {
 }
 
 /* A growing text buffer; a failed allocation is remembered and reported once. */
-typedef struct { char *s; size_t k, cap; bool oom; } Text;
+typedef struct {
+    char *s;
+    size_t k, cap;
+    bool oom;
+} Text;
 static void emit(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void emit(Text *t, const char *fmt, ...) {
     if (t->oom) return;

@@ -27,13 +27,36 @@ void hf_proj_shape(const ModelConfig *c, int p, int64_t *out, int64_t *in) {
     int64_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
     int64_t QD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     switch (p) {
-    case PROJ_Q: *out = c->q35.on ? 2 * QD : QD; *in = C; break; /* Qwen3.5: query and output gate */
-    case PROJ_K: case PROJ_V: *out = KVD; *in = C; break;
-    case PROJ_O: *out = C; *in = QD; break;
-    case PROJ_GATE: case PROJ_UP: *out = F; *in = C; break;
-    case PROJ_QKV: *out = QD + 2 * KVD; *in = C; break;
-    case PROJ_GATE_UP: *out = 2 * F; *in = C; break;
-    default: *out = C; *in = F; break;
+    case PROJ_Q: /* Qwen3.5: query and output gate */
+        *out = c->q35.on ? 2 * QD : QD;
+        *in = C;
+        break;
+    case PROJ_K:
+    case PROJ_V:
+        *out = KVD;
+        *in = C;
+        break;
+    case PROJ_O:
+        *out = C;
+        *in = QD;
+        break;
+    case PROJ_GATE:
+    case PROJ_UP:
+        *out = F;
+        *in = C;
+        break;
+    case PROJ_QKV:
+        *out = QD + 2 * KVD;
+        *in = C;
+        break;
+    case PROJ_GATE_UP:
+        *out = 2 * F;
+        *in = C;
+        break;
+    default:
+        *out = C;
+        *in = F;
+        break;
     }
 }
 
@@ -107,7 +130,8 @@ static void add(ModelTensorSpec *s, size_t *k, const char *prefix, int layer, co
 }
 
 int model_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
-    *out = NULL; *n = 0;
+    *out = NULL;
+    *n = 0;
     if (c->q35.on) return qwen35_tensor_specs(c, out, n);
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
     int64_t H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;

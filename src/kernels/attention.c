@@ -81,18 +81,42 @@ static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const f
                  * loads into every FMA, 16 loads instead of 4 per k */
                 __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
                 v16 x = splat16(a0[ka]);
-                r00 += x * b0; r01 += x * b1; r02 += x * b2; r03 += x * b3;
+                r00 += x * b0;
+                r01 += x * b1;
+                r02 += x * b2;
+                r03 += x * b3;
                 x = splat16(a1[ka]);
-                r10 += x * b0; r11 += x * b1; r12 += x * b2; r13 += x * b3;
+                r10 += x * b0;
+                r11 += x * b1;
+                r12 += x * b2;
+                r13 += x * b3;
                 x = splat16(a2[ka]);
-                r20 += x * b0; r21 += x * b1; r22 += x * b2; r23 += x * b3;
+                r20 += x * b0;
+                r21 += x * b1;
+                r22 += x * b2;
+                r23 += x * b3;
                 x = splat16(a3[ka]);
-                r30 += x * b0; r31 += x * b1; r32 += x * b2; r33 += x * b3;
+                r30 += x * b0;
+                r31 += x * b1;
+                r32 += x * b2;
+                r33 += x * b3;
             }
-            store16(c0 + n, r00); store16(c0 + n + 16, r01); store16(c0 + n + 32, r02); store16(c0 + n + 48, r03);
-            store16(c1 + n, r10); store16(c1 + n + 16, r11); store16(c1 + n + 32, r12); store16(c1 + n + 48, r13);
-            store16(c2 + n, r20); store16(c2 + n + 16, r21); store16(c2 + n + 32, r22); store16(c2 + n + 48, r23);
-            store16(c3 + n, r30); store16(c3 + n + 16, r31); store16(c3 + n + 32, r32); store16(c3 + n + 48, r33);
+            store16(c0 + n, r00);
+            store16(c0 + n + 16, r01);
+            store16(c0 + n + 32, r02);
+            store16(c0 + n + 48, r03);
+            store16(c1 + n, r10);
+            store16(c1 + n + 16, r11);
+            store16(c1 + n + 32, r12);
+            store16(c1 + n + 48, r13);
+            store16(c2 + n, r20);
+            store16(c2 + n + 16, r21);
+            store16(c2 + n + 32, r22);
+            store16(c2 + n + 48, r23);
+            store16(c3 + n, r30);
+            store16(c3 + n + 16, r31);
+            store16(c3 + n + 32, r32);
+            store16(c3 + n + 48, r33);
         }
 #endif
         for (; n < n_end; n += 16) {
@@ -100,14 +124,24 @@ static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const f
             for (int k = k_begin; k < k_end; k++) {
                 v16 b = load16(Bm + (size_t)k * ldb + n);
                 size_t ka = (size_t)k * ak;
-                r0 += splat16(a0[ka]) * b; r1 += splat16(a1[ka]) * b;
-                r2 += splat16(a2[ka]) * b; r3 += splat16(a3[ka]) * b;
+                r0 += splat16(a0[ka]) * b;
+                r1 += splat16(a1[ka]) * b;
+                r2 += splat16(a2[ka]) * b;
+                r3 += splat16(a3[ka]) * b;
             }
-            store16(c0 + n, r0); store16(c1 + n, r1); store16(c2 + n, r2); store16(c3 + n, r3);
+            store16(c0 + n, r0);
+            store16(c1 + n, r1);
+            store16(c2 + n, r2);
+            store16(c3 + n, r3);
         }
         #undef LOAD_C
         if (set)
-            for (; n < N; n += 16) { store16(c0 + n, zero); store16(c1 + n, zero); store16(c2 + n, zero); store16(c3 + n, zero); }
+            for (; n < N; n += 16) {
+                store16(c0 + n, zero);
+                store16(c1 + n, zero);
+                store16(c2 + n, zero);
+                store16(c3 + n, zero);
+            }
     }
 }
 static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
@@ -136,7 +170,8 @@ static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
     typedef int v16idx __attribute__((vector_size(64)));
     const v16idx lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
     const v16idx hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    (void)lo; (void)hi;
+    (void)lo;
+    (void)hi;
     v16 r[16], t[16];
     #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) r[k] = load16(src + (size_t)k * lds);
@@ -146,7 +181,8 @@ static void transpose16(float *dst, int ldd, const float *src, size_t lds) {
         for (int k = 0; k < 8; k++) {
 #ifdef __clang__ /* clang spells GCC's __builtin_shuffle with constant indices */
             t[2 * k] = __builtin_shufflevector(r[k], r[k + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-            t[2 * k + 1] = __builtin_shufflevector(r[k], r[k + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            t[2 * k + 1] =
+                __builtin_shufflevector(r[k], r[k + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
 #else
             t[2 * k] = __builtin_shuffle(r[k], r[k + 8], lo);
             t[2 * k + 1] = __builtin_shuffle(r[k], r[k + 8], hi);
@@ -164,7 +200,8 @@ static void load_tile_t(float *dst, int Dp, const float *src, int b, int r0, int
         const float *base = src + (((size_t)b * T + r0) * heads + h) * D;
         size_t ld = (size_t)heads * D;
         for (int i = 0; i < TILE; i += 16)
-            for (int j = 0; j < D; j += 16) transpose16(dst + (size_t)j * TILE + i, TILE, base + (size_t)i * ld + j, ld);
+            for (int j = 0; j < D; j += 16)
+                transpose16(dst + (size_t)j * TILE + i, TILE, base + (size_t)i * ld + j, ld);
         return;
     }
     memset(dst, 0, (size_t)Dp * TILE * sizeof(float));
@@ -179,7 +216,10 @@ static void load_tile_t(float *dst, int Dp, const float *src, int b, int r0, int
  * D a multiple of 16, else a zero-padded copy in buf (row stride Dp). */
 static const float *tile_view(float *buf, int *ld, int Dp, const float *src, int b, int r0, int rows,
                               int T, int heads, int h, int D) {
-    if (rows == TILE && D == Dp) { *ld = heads * D; return src + (((size_t)b * T + r0) * heads + h) * D; }
+    if (rows == TILE && D == Dp) {
+        *ld = heads * D;
+        return src + (((size_t)b * T + r0) * heads + h) * D;
+    }
     load_tile(buf, Dp, src, b, r0, rows, T, heads, h, D);
     *ld = Dp;
     return buf;
@@ -199,7 +239,10 @@ static inline void visible_range(int qi, int k0, int krows, int window, int *lo,
     *hi = h < krows ? h : krows;
     *lo = l > 0 ? l : 0;
 }
-VEC_INLINE v16 max16(v16 a, v16 b) { v16i gt = a > b; return (v16)(((v16i)a & gt) | ((v16i)b & ~gt)); }
+VEC_INLINE v16 max16(v16 a, v16 b) {
+    v16i gt = a > b;
+    return (v16)(((v16i)a & gt) | ((v16i)b & ~gt));
+}
 
 static int pad16(int D) { return (D + 15) & ~15; }
 
@@ -243,14 +286,18 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                     for (int x = 0; x < nh; x++) {
                         qv[x] = tile_view(Qbuf[x], &ldq[x], Dp, q, b, q0, qrows, T, H, h0 + x, D);
                         memset(O[x], 0, sizeof O[x]);
-                        for (int i = 0; i < TILE; i++) { m[x][i] = -INFINITY; l[x][i] = 0.0f; }
+                        for (int i = 0; i < TILE; i++) {
+                            m[x][i] = -INFINITY;
+                            l[x][i] = 0.0f;
+                        }
                     }
                     for (int kb = first_key_block(q0, window); kb <= qb; kb++) {
                         int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv, diag = kb == qb;
                         load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                         const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
                         for (int x = 0; x < nh; x++) {
-                            tile_gemm(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            tile_gemm(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE,
+                                      diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < qrows; i++) {
                                 float *s = S + (size_t)i * TILE;
                                 int lo, hi;
@@ -312,7 +359,8 @@ size_t attention_stack_bytes(int D) {
 }
 
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D) {
-    (void)KVH; (void)D;
+    (void)KVH;
+    (void)D;
     return (size_t)B * H * T; /* D_i per query row */
 }
 #endif
@@ -384,7 +432,8 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                             /* dV += P^T dO */
                             tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp, diag ? TRI_A_UPPER : TRI_NONE);
                             /* dP = dO V^T; dS = P (dP - D_i) * scale */
-                            tile_gemm(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            tile_gemm(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE,
+                                      diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < TILE; i++) {
                                 float *ds = dS + (size_t)i * TILE;
                                 const float *p = P + (size_t)i * TILE;
@@ -404,12 +453,15 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                             /* dQ += dS K, added to this head's rows (only this task writes them) */
                             float *dq_tile = dq + (((size_t)b * T + q0) * H + h) * D;
                             if (qrows == TILE && D == Dp) {
-                                tile_gemm_acc(dq_tile, H * D, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp, diag ? TRI_A_LOWER : TRI_NONE);
+                                tile_gemm_acc(dq_tile, H * D, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp,
+                                              diag ? TRI_A_LOWER : TRI_NONE);
                             } else {
                                 memset(dQs, 0, sizeof dQs);
-                                tile_gemm_acc(dQs, Dp, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp, diag ? TRI_A_LOWER : TRI_NONE);
+                                tile_gemm_acc(dQs, Dp, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp,
+                                              diag ? TRI_A_LOWER : TRI_NONE);
                                 for (int i = 0; i < qrows; i++)
-                                    for (int d = 0; d < D; d++) dq_tile[(size_t)i * H * D + d] += dQs[(size_t)i * Dp + d];
+                                    for (int d = 0; d < D; d++)
+                                        dq_tile[(size_t)i * H * D + d] += dQs[(size_t)i * Dp + d];
                             }
                             /* dK += dS^T Q */
                             tile_gemm_acc(dKs, Dp, dS, 1, TILE, Qs, ldq, TILE, TILE, Dp, diag ? TRI_A_UPPER : TRI_NONE);
@@ -417,7 +469,10 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                     for (int j = 0; j < krows; j++) {
                         float *dkr = dk + (((size_t)b * T + k0 + j) * KVH + kvh) * D;
                         float *dvr = dv + (((size_t)b * T + k0 + j) * KVH + kvh) * D;
-                        for (int d = 0; d < D; d++) { dkr[d] += dKs[(size_t)j * Dp + d]; dvr[d] += dVs[(size_t)j * Dp + d]; }
+                        for (int d = 0; d < D; d++) {
+                            dkr[d] += dKs[(size_t)j * Dp + d];
+                            dvr[d] += dVs[(size_t)j * Dp + d];
+                        }
                     }
                 }
     }

@@ -70,7 +70,11 @@ static double row_xent(float *z, int V, int target, float scale, int want_grad, 
     v16 mv = splat16(-INFINITY);
     int j = 0;
     float mx = -INFINITY;
-    for (; j + 16 <= V; j += 16) { v16 x = load16(z + j); v16i gt = x > mv; mv = (v16)(((v16i)x & gt) | ((v16i)mv & ~gt)); }
+    for (; j + 16 <= V; j += 16) {
+        v16 x = load16(z + j);
+        v16i gt = x > mv;
+        mv = (v16)(((v16i)x & gt) | ((v16i)mv & ~gt));
+    }
     for (int t = 0; t < 16; t++) mx = mv[t] > mx ? mv[t] : mx;
     for (; j < V; j++) mx = z[j] > mx ? z[j] : mx;
     v16 sv = splat16(0.0f), m16 = splat16(mx);
@@ -153,7 +157,8 @@ double ISA_FN(lmhead_xent)(float *dinp, float *row_loss, const float *inp, const
             memset(rows16 + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows16);
             fw_linear_forward(logits, NULL, rows16, w, NULL, np);
         } else {
-            for (int r = 0; r < n; r++) memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
+            for (int r = 0; r < n; r++)
+                memcpy(rows + (size_t)r * C, inp + (size_t)idx[r] * C, (size_t)C * sizeof(float));
             memset(rows + (size_t)n * C, 0, (size_t)(np - n) * C * sizeof *rows);
             fw_linear_forward(logits, rows, NULL, w, NULL, np);
         }

@@ -118,21 +118,36 @@ int model_preset(const char *name, ModelConfig *c) {
     snprintf(c->prefix, sizeof c->prefix, "model.");
     snprintf(c->adapter_prefix, sizeof c->adapter_prefix, "model.");
     snprintf(c->head_name, sizeof c->head_name, "lm_head.weight");
-#define SET(type, hs, is, nl, nh, kv, hd, vs) do { snprintf(c->model_type, sizeof c->model_type, "%s", type); \
-    c->hidden_size = hs; c->intermediate_size = is; c->num_hidden_layers = nl; c->num_attention_heads = nh; \
-    c->num_key_value_heads = kv; c->head_dim = hd ? hd : hs / nh; c->vocab_size = vs; } while (0)
+#define SET(type, hs, is, nl, nh, kv, hd, vs) \
+    do { \
+        snprintf(c->model_type, sizeof c->model_type, "%s", type); \
+        c->hidden_size = hs; \
+        c->intermediate_size = is; \
+        c->num_hidden_layers = nl; \
+        c->num_attention_heads = nh; \
+        c->num_key_value_heads = kv; \
+        c->head_dim = hd ? hd : hs / nh; \
+        c->vocab_size = vs; \
+    } while (0)
     if (!strcmp(name, "smollm2-135m")) {
         SET("llama", 576, 1536, 30, 9, 3, 0, 49152);
         c->rope_theta = 100000.0;
     } else if (!strcmp(name, "qwen2.5-0.5b")) {
         SET("qwen2", 896, 4864, 24, 14, 2, 0, 151936);
-        c->attention_bias = true; c->rope_theta = 1e6; c->rms_norm_eps = 1e-6f; c->max_position_embeddings = 32768;
+        c->attention_bias = true;
+        c->rope_theta = 1e6;
+        c->rms_norm_eps = 1e-6f;
+        c->max_position_embeddings = 32768;
     } else if (!strcmp(name, "qwen3-0.6b")) {
         SET("qwen3", 1024, 3072, 28, 16, 8, 128, 151936);
-        c->qk_norm = true; c->rope_theta = 1e6; c->rms_norm_eps = 1e-6f; c->max_position_embeddings = 40960;
+        c->qk_norm = true;
+        c->rope_theta = 1e6;
+        c->rms_norm_eps = 1e-6f;
+        c->max_position_embeddings = 40960;
     } else if (!strcmp(name, "llama-3.2-1b")) {
         SET("llama", 2048, 8192, 16, 32, 8, 64, 128256);
-        c->rope_theta = 500000.0; c->max_position_embeddings = 131072;
+        c->rope_theta = 500000.0;
+        c->max_position_embeddings = 131072;
         c->rope_scaling = (RopeScaling){.type = ROPE_SCALING_LLAMA3, .factor = 32.0, .low_freq_factor = 1.0,
                                         .high_freq_factor = 4.0, .original_max_position = 8192};
     } else if (!strcmp(name, "llama-3.1-8b")) {
@@ -289,12 +304,18 @@ static int add_tensor(WriteList *w, const char *name, int ndim, int64_t a, int64
     void *data = tmp;
     if (dt != DTYPE_F32) {
         data = mem_alloc(n * 2 + 1);
-        if (!data) { mem_free(tmp); return -1; }
+        if (!data) {
+            mem_free(tmp);
+            return -1;
+        }
         dtype_from_f32(data, dt, tmp, n);
         mem_free(tmp);
     }
     char *nm = mem_strdup(name);
-    if (!nm) { mem_free(data); return -1; }
+    if (!nm) {
+        mem_free(data);
+        return -1;
+    }
     StWriteTensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     t->name = nm;

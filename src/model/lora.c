@@ -36,7 +36,10 @@ static void apply_dropout(const Model *m, int layer, int p, float *dst, const fl
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float f = drop_factor(st, i, pr, ks);
-        if (accumulate) dst[i] += src[i] * f; else dst[i] = src[i] * f;
+        if (accumulate)
+            dst[i] += src[i] * f;
+        else
+            dst[i] = src[i] * f;
     }
 }
 
@@ -58,7 +61,8 @@ const uint16_t *proj_shared_input(const BlockParams *bp, unsigned mask, const fl
 
 void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
                   float *out, const float *x, const uint16_t *x16, float *xa, int N, bool skip_base) {
-    int in, od; proj_shape(&m->d, p, &in, &od);
+    int in, od;
+    proj_shape(&m->d, p, &in, &od);
     bool adapted = bp->adapted >> p & 1u;
     bool dora = adapted && bp->dm[p];
     const float *bias = dora ? NULL : proj_bias(bp, p);
@@ -75,7 +79,8 @@ void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
 
 static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
                          float *out, const float *x, float *xa, int N, bool skip_base) {
-    int in, od; proj_shape(&m->d, p, &in, &od);
+    int in, od;
+    proj_shape(&m->d, p, &in, &od);
     bool dora = bp->dm[p] != NULL;
     const float *bias = proj_bias(bp, p);
     int r = m->d.r;
@@ -103,7 +108,8 @@ static void lora_backward(Model *m, const BlockParams *bp, int layer, int p,
 
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N) {
-    int in, od; proj_shape(&m->d, p, &in, &od);
+    int in, od;
+    proj_shape(&m->d, p, &in, &od);
     bool adapted = bp->adapted >> p & 1u;
     bool dora = adapted && bp->dm[p];
     int r = m->d.r;
@@ -155,7 +161,8 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
 
 static void lora_backward(Model *m, const BlockParams *bp, int layer, int p,
                           float *dx, const float *dy, const float *x, const float *xa, int N) {
-    int in, od; proj_shape(&m->d, p, &in, &od);
+    int in, od;
+    proj_shape(&m->d, p, &in, &od);
     int r = m->d.r;
     float scale = m->spec.lora_scale;
     float *dxa = m->sc.dxa;
@@ -191,7 +198,8 @@ void dora_update_norms(Model *m) {
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
         FOR_EACH_PROJ(p, bp->adapted) {
-            int in, od; proj_shape(d, p, &in, &od);
+            int in, od;
+            proj_shape(d, p, &in, &od);
             const float *A = bp->la[p], *B = bp->lb[p];
             for (int i = 0; i < in; i++)
                 for (int k = 0; k < r; k++) ls->at[(size_t)k * in + i] = A[(size_t)i * r + k];

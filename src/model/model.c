@@ -120,7 +120,8 @@ int model_loss(Model *m, const int32_t *tokens, int B, int W,
     TRY(check_batch(m, tokens, B, W, true));
     int T = W - 1, N = B * T;
     long cnt = prepare_targets(m, tokens, B, W, lengths, offsets);
-    *loss_sum = 0; *n_tokens = cnt;
+    *loss_sum = 0;
+    *n_tokens = cnt;
     if (cnt == 0) return 0;
     bool drop = m->d.dropout;
     m->d.dropout = false;
@@ -144,10 +145,12 @@ int model_forward_backward(Model *m, const int32_t *tokens, int B, int W,
     if (d->dropout && !dropout_rng) return error_set("model: LoRA dropout needs a random generator");
     int T = W - 1, N = B * T;
     long cnt = prepare_targets(m, tokens, B, W, lengths, offsets);
-    *loss = 0; *n_tokens = cnt;
+    *loss = 0;
+    *n_tokens = cnt;
     if (cnt == 0) return 0;
     if (grad_scale == 0.0f) {
-        double s; long c;
+        double s;
+        long c;
         TRY(model_loss(m, tokens, B, W, lengths, offsets, &s, &c));
         *loss = s / (double)c;
         return 0;

@@ -1,7 +1,8 @@
 /* model.h: the decoder (llama / mistral / qwen2 / qwen3 / gemma2 / gemma3 /
- * phi3 / smollm3 / qwen3_5) as lmtune trains and runs it: frozen base weights, trainable LoRA / DoRA / full parameters of
- * the last N blocks, forward and backward of one micro-batch, gradient
- * checkpointing, and incremental decoding with a KV cache.
+ * phi3 / smollm3 / qwen3_5) as lmtune trains and runs it: frozen base
+ * weights, trainable LoRA / DoRA / full parameters of the last N blocks,
+ * forward and backward of one micro-batch, gradient checkpointing, and
+ * incremental decoding with a KV cache.
  *
  * Memory: model_layout_summary() walks every buffer the model will hold for a spec
  * (weights converted at load, trainable parameters, gradients, activations,

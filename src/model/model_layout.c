@@ -228,19 +228,38 @@ void proj_shape(const Dims *d, int p, int *in, int *out) {
 
 float **block_slot(BlockParams *bp, const BlockTensor *t, float ***grad) {
     switch (t->role) {
-    case BT_NORM_ATTN_IN: *grad = &bp->dln1; return &bp->ln1;
-    case BT_NORM_ATTN_OUT: *grad = &bp->dpn1; return &bp->pn1;
-    case BT_NORM_MLP_IN: *grad = &bp->dln2; return &bp->ln2;
-    case BT_NORM_MLP_OUT: *grad = &bp->dpn2; return &bp->pn2;
-    case BT_Q_NORM: *grad = &bp->dqn; return &bp->qn;
-    case BT_K_NORM: *grad = &bp->dkn; return &bp->kn;
-    case BT_PROJ_BIAS: *grad = &bp->dbias[t->proj]; return &bp->bias[t->proj];
-    default: *grad = NULL; return NULL;
+    case BT_NORM_ATTN_IN:
+        *grad = &bp->dln1;
+        return &bp->ln1;
+    case BT_NORM_ATTN_OUT:
+        *grad = &bp->dpn1;
+        return &bp->pn1;
+    case BT_NORM_MLP_IN:
+        *grad = &bp->dln2;
+        return &bp->ln2;
+    case BT_NORM_MLP_OUT:
+        *grad = &bp->dpn2;
+        return &bp->pn2;
+    case BT_Q_NORM:
+        *grad = &bp->dqn;
+        return &bp->qn;
+    case BT_K_NORM:
+        *grad = &bp->dkn;
+        return &bp->kn;
+    case BT_PROJ_BIAS:
+        *grad = &bp->dbias[t->proj];
+        return &bp->bias[t->proj];
+    default:
+        *grad = NULL;
+        return NULL;
     }
 }
 
 /* Bump allocation inside one carved block: pass 1 (base NULL) sizes it. */
-typedef struct { char *base; size_t off; } Sub;
+typedef struct {
+    char *base;
+    size_t off;
+} Sub;
 static float *sub_f(Sub *s, size_t count) {
     float *p = s->base ? (float *)(s->base + s->off) : NULL;
     s->off += arena_block_size(count * sizeof(float));
@@ -451,8 +470,10 @@ static void lora_split(const Dims *d, Sub *s, LoraScratch *ls, bool dora) {
     if (d->dropout) ls->drop_x = sub_f(s, (size_t)d->N * max_in_out(d));
     if (dora) {
         size_t mx = max_in_out(d);
-        ls->at = sub_f(s, (size_t)d->r * mx); ls->wa = sub_f(s, (size_t)d->r * mx);
-        ls->g = sub_f(s, (size_t)d->r * d->r); ls->gb = sub_f(s, (size_t)d->r * mx);
+        ls->at = sub_f(s, (size_t)d->r * mx);
+        ls->wa = sub_f(s, (size_t)d->r * mx);
+        ls->g = sub_f(s, (size_t)d->r * d->r);
+        ls->gb = sub_f(s, (size_t)d->r * mx);
     }
 }
 
@@ -635,19 +656,13 @@ static int walk_trainables(Model *m, const ModelSpec *spec, Carver *cv) {
     return 0;
 }
 
-/* 4. activations, checkpoints, backward scratch, LM head */
-static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
-    bool dora = spec->type == TUNE_DORA;
+/* Part of 4, block by block: saved activations or a checkpointed input, then
+ * the one-block workspace (recompute; forward when not training) */
+static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kinds_all, int kinds_train,
+                           unsigned ad_all) {
     const Dims *d = &m->d;
     size_t N = (size_t)d->N;
     char nm[160];
-    int kinds_all = kinds_of(m, 0, d->L), kinds_train = kinds_of(m, d->lo, d->L);
-    unsigned ad_all = d->r ? adapted_union(m) : 0;
-    CARVE(cv, MEM_ACTIVATIONS, "token ids", N * sizeof(int), m->ids);
-    CARVE(cv, MEM_ACTIVATIONS, "residual stream (ping)", N * d->C * 4, m->resid[0]);
-    CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
-    CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
-    CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
     /* each trainable block either saves its activations or keeps only its
      * input (checkpointed: rebuilt in the recompute workspace before its
      * backward pass); --grad-checkpoint BLOCKS mixes both */
@@ -705,6 +720,23 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
         TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace)", d, &m->work, ad_all, false,
                       d->N, d->B, kinds_all));
     }
+    return 0;
+}
+
+/* 4. activations, checkpoints, backward scratch, LM head */
+static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
+    bool dora = spec->type == TUNE_DORA;
+    const Dims *d = &m->d;
+    size_t N = (size_t)d->N;
+    char nm[160];
+    int kinds_all = kinds_of(m, 0, d->L), kinds_train = kinds_of(m, d->lo, d->L);
+    unsigned ad_all = d->r ? adapted_union(m) : 0;
+    CARVE(cv, MEM_ACTIVATIONS, "token ids", N * sizeof(int), m->ids);
+    CARVE(cv, MEM_ACTIVATIONS, "residual stream (ping)", N * d->C * 4, m->resid[0]);
+    CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
+    CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
+    CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
+    TRY(walk_block_acts(m, spec, cv, kinds_all, kinds_train, ad_all));
     if (d->train) {
         Sub s = {0};
         Scratch tmp;
@@ -782,6 +814,37 @@ static int walk_kv_cache(Model *m, Carver *cv) {
     return 0;
 }
 
+/* 6-8. the libraries' scratch: bf16 conversion, dequantization panel,
+ * oneDNN scratchpad */
+static int walk_library_scratch(Model *m, const ModelSpec *spec, Carver *cv) {
+    const Dims *d = &m->d;
+    /* 6. bf16 conversion scratch of the matrix products */
+    if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
+        size_t rows = (size_t)imax(imax(d->N, d->chunk), imax(d->dec_rows, d->r));
+        size_t cols = max_in_out(d);
+        size_t b = matmul_scratch_bytes(rows, cols);
+        size_t b2 = matmul_scratch_bytes((size_t)d->chunk, (size_t)d->V);
+        if (b2 > b) b = b2;
+        m->mm_scratch_bytes = b;
+        CARVE(cv, MEM_LIBRARY, "bf16 conversion scratch (matmul)", b, m->mm_scratch);
+    }
+
+    /* 7. the panel the products with packed (or converted-on-the-fly) weights expand into */
+    if (d->panel_cols > 0) {
+        m->panel_scratch_bytes = fw_panel_scratch_bytes(d->panel_cols);
+        CARVE(cv, MEM_LIBRARY, "dequantization panel (frozen products)", m->panel_scratch_bytes, m->panel_scratch);
+    }
+
+    /* 8. oneDNN's scratchpad, shared by every primitive (sized by the planner
+     * from the products the run will create, kernels/matmul.h) */
+    if (spec->library_scratchpad > 0) {
+        m->mm_pad_bytes = spec->library_scratchpad;
+        CARVE(cv, MEM_LIBRARY, "oneDNN scratchpad (largest need of the run's products)", m->mm_pad_bytes,
+              m->mm_pad);
+    }
+    return 0;
+}
+
 int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
     const Dims *d = &m->d;
     const ModelConfig *cfg = &m->cfg;
@@ -817,31 +880,7 @@ int layout_walk(Model *m, const ModelSpec *spec, Carver *cv) {
               rows * d->QKVD * 4, m->qkv_tmp);
     }
     if (d->kv_T > 0) TRY(walk_kv_cache(m, cv));
-
-    /* 6. bf16 conversion scratch of the matrix products */
-    if (d->run_dtype == DTYPE_BF16 || d->bf16_compute) {
-        size_t rows = (size_t)imax(imax(d->N, d->chunk), imax(d->dec_rows, d->r));
-        size_t cols = max_in_out(d);
-        size_t b = matmul_scratch_bytes(rows, cols);
-        size_t b2 = matmul_scratch_bytes((size_t)d->chunk, (size_t)d->V);
-        if (b2 > b) b = b2;
-        m->mm_scratch_bytes = b;
-        CARVE(cv, MEM_LIBRARY, "bf16 conversion scratch (matmul)", b, m->mm_scratch);
-    }
-
-    /* 7. the panel the products with packed (or converted-on-the-fly) weights expand into */
-    if (d->panel_cols > 0) {
-        m->panel_scratch_bytes = fw_panel_scratch_bytes(d->panel_cols);
-        CARVE(cv, MEM_LIBRARY, "dequantization panel (frozen products)", m->panel_scratch_bytes, m->panel_scratch);
-    }
-
-    /* 8. oneDNN's scratchpad, shared by every primitive (sized by the planner
-     * from the products the run will create, kernels/matmul.h) */
-    if (spec->library_scratchpad > 0) {
-        m->mm_pad_bytes = spec->library_scratchpad;
-        CARVE(cv, MEM_LIBRARY, "oneDNN scratchpad (largest need of the run's products)", m->mm_pad_bytes,
-              m->mm_pad);
-    }
+    TRY(walk_library_scratch(m, spec, cv));
     return 0;
 }
 

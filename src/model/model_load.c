@@ -348,7 +348,8 @@ int model_init_trainables(Model *m, Rng *rng) {
     for (int l = d->lo; l < d->L; l++) {
         BlockParams *bp = &m->blocks[l];
         FOR_EACH_PROJ(p, bp->adapted) {
-            int in, out; proj_shape(d, p, &in, &out);
+            int in, out;
+            proj_shape(d, p, &in, &out);
             float bound = 1.0f / sqrtf((float)in);
             for (size_t k = 0; k < (size_t)in * d->r; k++) bp->la[p][k] = rng_uniform_range(rng, -bound, bound);
             memset(bp->lb[p], 0, (size_t)d->r * out * sizeof(float));

@@ -50,7 +50,10 @@ static bool is_nullish(Value v) { return v.k == V_UNDEF || (v.k == V_JSON && jso
 static bool arg_bool(Value v, bool dflt) { return v.k == V_UNDEF ? dflt : v_truthy(v); }
 static int to_string_value(Ctx *c, const Node *at, Value x, Value *out) {
     Buf b = {0};
-    if (v_to_string(&b, x) < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    if (v_to_string(&b, x) < 0) {
+        mem_free(b.s);
+        return rt_error(c, at, "%s", error_message());
+    }
     return ret_buf(c, at, &b, out);
 }
 
@@ -58,7 +61,8 @@ static int to_string_value(Ctx *c, const Node *at, Value x, Value *out) {
 static void strip_bounds(const char *s, size_t n, Value chars, bool left, bool right, size_t *b, size_t *e) {
     size_t i = 0, j = n, w;
     if (v_is_str(chars)) {
-        const char *set = v_str(chars); size_t sl = v_len(chars);
+        const char *set = v_str(chars);
+        size_t sl = v_len(chars);
         /* chars as a set of code points */
         while (left && i < j) {
             size_t nx = utf8_next(s, j, i);
@@ -75,7 +79,8 @@ static void strip_bounds(const char *s, size_t n, Value chars, bool left, bool r
         while (left && i < j && (w = ct_ws_at(s, j, i))) i += w;
         while (right && j > i && (w = ct_ws_before(s, j)) && j - w >= i) j -= w;
     }
-    *b = i; *e = j;
+    *b = i;
+    *e = j;
 }
 
 static bool is_word_byte(unsigned char ch) { return isalnum(ch) || ch == '_'; }
@@ -98,7 +103,10 @@ static int str_replace(Ctx *c, const Node *at, Value self, Value old, Value neu,
     size_t i = 0;
     if (on == 0) {  /* insert between code points, as Python does */
         while (rc == 0 && i <= n) {
-            if (left != 0) { rc = buf_put(&b, r, rn); if (left > 0) left--; }
+            if (left != 0) {
+                rc = buf_put(&b, r, rn);
+                if (left > 0) left--;
+            }
             if (i == n) break;
             size_t nx = utf8_next(s, n, i);
             if (rc == 0) rc = buf_put(&b, s + i, nx - i);
@@ -107,7 +115,10 @@ static int str_replace(Ctx *c, const Node *at, Value self, Value old, Value neu,
     } else {
         while (rc == 0 && i < n) {
             const char *hit = left != 0 ? memmem(s + i, n - i, o, on) : NULL;
-            if (!hit) { rc = buf_put(&b, s + i, n - i); break; }
+            if (!hit) {
+                rc = buf_put(&b, s + i, n - i);
+                break;
+            }
             size_t h = (size_t)(hit - s);
             rc = buf_put(&b, s + i, h - i);
             if (rc == 0) rc = buf_put(&b, r, rn);
@@ -115,13 +126,17 @@ static int str_replace(Ctx *c, const Node *at, Value self, Value old, Value neu,
             if (left > 0) left--;
         }
     }
-    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    if (rc < 0) {
+        mem_free(b.s);
+        return rt_error(c, at, "%s", error_message());
+    }
     return ret_buf(c, at, &b, out);
 }
 
 static int str_split(Ctx *c, const Node *at, Value self, Value sep, Value maxsplit, Value *out) {
     long long max = v_is_int(maxsplit) ? json_integer_value(maxsplit.j) : -1;
-    const char *s = v_str(self); size_t n = v_len(self);
+    const char *s = v_str(self);
+    size_t n = v_len(self);
     json_t *arr = json_array();
     if (!arr) return rt_error(c, at, "out of memory");
     int rc = 0;
@@ -141,9 +156,11 @@ static int str_split(Ctx *c, const Node *at, Value self, Value sep, Value maxspl
         }
     } else if (!v_is_str(sep) || v_len(sep) == 0) {
         json_decref(arr);
-        return rt_error(c, at, v_is_str(sep) ? "split(): empty separator" : "split(): separator must be a string or none");
+        return rt_error(c, at,
+                        v_is_str(sep) ? "split(): empty separator" : "split(): separator must be a string or none");
     } else {
-        const char *p = v_str(sep); size_t pn = v_len(sep), i = 0;
+        const char *p = v_str(sep);
+        size_t pn = v_len(sep), i = 0;
         for (;;) {
             const char *hit = (max < 0 || (long long)json_array_size(arr) < max) ? memmem(s + i, n - i, p, pn) : NULL;
             size_t end = hit ? (size_t)(hit - s) : n;
@@ -151,20 +168,29 @@ static int str_split(Ctx *c, const Node *at, Value self, Value sep, Value maxspl
             i = end + pn;
         }
     }
-    if (rc < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+    if (rc < 0) {
+        json_decref(arr);
+        return rt_error(c, at, "out of memory");
+    }
     *out = v_json(arr);
     return 0;
 }
 
 static int affix(Ctx *c, const Node *at, Value self, Value arg, bool suffix, Value *out) {
-    const char *s = v_str(self); size_t n = v_len(self);
+    const char *s = v_str(self);
+    size_t n = v_len(self);
     bool hit = false;
-    json_t *cands[64]; size_t k = 0;
+    json_t *cands[64];
+    size_t k = 0;
     if (v_is_str(arg)) cands[k++] = arg.j;
-    else if (v_is_arr(arg)) for (size_t i = 0; i < json_array_size(arg.j) && k < 64; i++) cands[k++] = json_array_get(arg.j, i);
-    else return rt_error(c, at, "%s() argument must be a string or a tuple of strings", suffix ? "endswith" : "startswith");
+    else if (v_is_arr(arg))
+        for (size_t i = 0; i < json_array_size(arg.j) && k < 64; i++) cands[k++] = json_array_get(arg.j, i);
+    else
+        return rt_error(c, at, "%s() argument must be a string or a tuple of strings",
+                        suffix ? "endswith" : "startswith");
     for (size_t i = 0; i < k && !hit; i++) {
-        if (!json_is_string(cands[i])) return rt_error(c, at, "%s() tuple elements must be strings", suffix ? "endswith" : "startswith");
+        if (!json_is_string(cands[i]))
+            return rt_error(c, at, "%s() tuple elements must be strings", suffix ? "endswith" : "startswith");
         size_t pn = json_string_length(cands[i]);
         hit = pn <= n && !memcmp(suffix ? s + n - pn : s, json_string_value(cands[i]), pn);
     }
@@ -189,13 +215,17 @@ static int case_map(Ctx *c, const Node *at, Value self, int mode, Value *out) {
 static int items_of(Ctx *c, const Node *at, json_t *obj, int which, Value *out) {
     json_t *arr = json_array();
     if (!arr) return rt_error(c, at, "out of memory");
-    const char *k; json_t *v;
+    const char *k;
+    json_t *v;
     int rc = 0;
     json_object_foreach(obj, k, v) {
         json_t *x = which == 'k' ? json_string(k) : which == 'v' ? json_incref(v) : json_pack("[sO]", k, v);
         if ((rc = json_array_append_new(arr, x)) < 0) break;
     }
-    if (rc < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+    if (rc < 0) {
+        json_decref(arr);
+        return rt_error(c, at, "out of memory");
+    }
     *out = v_json(arr);
     return 0;
 }
@@ -206,7 +236,8 @@ int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *a, V
     *found = true;
     Value a0 = arg_get(a, 0, NULL), a1 = arg_get(a, 1, NULL);
     if (v_is_str(self)) {
-        const char *s = v_str(self); size_t n = v_len(self);
+        const char *s = v_str(self);
+        size_t n = v_len(self);
         if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
             size_t b, e;
             strip_bounds(s, n, arg_get(a, 0, "chars"), name[0] != 'r', name[0] != 'l', &b, &e);
@@ -230,14 +261,20 @@ int call_method(Ctx *c, const Node *at, Value self, const char *name, Args *a, V
                 if (i) rc = buf_put(&b, s, n);
                 if (rc == 0) rc = v_to_string(&b, (Value){.k = V_JSON, .j = json_array_get(a0.j, i)});
             }
-            if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+            if (rc < 0) {
+                mem_free(b.s);
+                return rt_error(c, at, "%s", error_message());
+            }
             return ret_buf(c, at, &b, out);
         }
     } else if (v_is_obj(self) && self.k == V_JSON) {
         if (!strcmp(name, "get")) {
             if (!v_is_str(a0)) return rt_error(c, at, "get(): key must be a string");
             json_t *j = json_object_get(self.j, v_str(a0));
-            if (j) { *out = v_json(json_incref(j)); return 0; }
+            if (j) {
+                *out = v_json(json_incref(j));
+                return 0;
+            }
             *out = a->npos > 1 ? v_copy(a1) : v_json(json_null());
             return 0;
         }
@@ -290,7 +327,11 @@ static int strftime_now(Ctx *c, const Node *at, Value fmt, Value *out) {
     const char *pin = getenv("LMTUNE_CHAT_DATE");
     int y, mo, d, h = 0, mi = 0;
     if (pin && sscanf(pin, "%d-%d-%d %d:%d", &y, &mo, &d, &h, &mi) >= 3) {
-        tm.tm_year = y - 1900; tm.tm_mon = mo - 1; tm.tm_mday = d; tm.tm_hour = h; tm.tm_min = mi;
+        tm.tm_year = y - 1900;
+        tm.tm_mon = mo - 1;
+        tm.tm_mday = d;
+        tm.tm_hour = h;
+        tm.tm_min = mi;
         time_t t = timegm(&tm);
         gmtime_r(&t, &tm);
     } else {
@@ -299,27 +340,50 @@ static int strftime_now(Ctx *c, const Node *at, Value fmt, Value *out) {
     }
     static const char *months[] = {"January", "February", "March", "April", "May", "June", "July", "August",
                                    "September", "October", "November", "December"};
-    const char *f = v_str(fmt); size_t n = v_len(fmt);
+    const char *f = v_str(fmt);
+    size_t n = v_len(fmt);
     Buf b = {0};
     char tmp[32];
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (f[i] != '%' || i + 1 >= n) { rc = buf_put(&b, f + i, 1); continue; }
+        if (f[i] != '%' || i + 1 >= n) {
+            rc = buf_put(&b, f + i, 1);
+            continue;
+        }
         char k = f[++i];
         switch (k) {
-        case 'Y': snprintf(tmp, sizeof tmp, "%d", tm.tm_year + 1900); break;
-        case 'm': snprintf(tmp, sizeof tmp, "%02d", tm.tm_mon + 1); break;
-        case 'd': snprintf(tmp, sizeof tmp, "%02d", tm.tm_mday); break;
-        case 'H': snprintf(tmp, sizeof tmp, "%02d", tm.tm_hour); break;
-        case 'M': snprintf(tmp, sizeof tmp, "%02d", tm.tm_min); break;
-        case 'b': snprintf(tmp, sizeof tmp, "%.3s", months[tm.tm_mon]); break;
-        case 'B': snprintf(tmp, sizeof tmp, "%s", months[tm.tm_mon]); break;
-        case '%': snprintf(tmp, sizeof tmp, "%%"); break;
+        case 'Y':
+            snprintf(tmp, sizeof tmp, "%d", tm.tm_year + 1900);
+            break;
+        case 'm':
+            snprintf(tmp, sizeof tmp, "%02d", tm.tm_mon + 1);
+            break;
+        case 'd':
+            snprintf(tmp, sizeof tmp, "%02d", tm.tm_mday);
+            break;
+        case 'H':
+            snprintf(tmp, sizeof tmp, "%02d", tm.tm_hour);
+            break;
+        case 'M':
+            snprintf(tmp, sizeof tmp, "%02d", tm.tm_min);
+            break;
+        case 'b':
+            snprintf(tmp, sizeof tmp, "%.3s", months[tm.tm_mon]);
+            break;
+        case 'B':
+            snprintf(tmp, sizeof tmp, "%s", months[tm.tm_mon]);
+            break;
+        case '%':
+            snprintf(tmp, sizeof tmp, "%%");
+            break;
         default: snprintf(tmp, sizeof tmp, "%%%c", k);
         }
         rc = buf_str(&b, tmp);
     }
-    if (rc < 0) { mem_free(b.s); return -1; }
+    if (rc < 0) {
+        mem_free(b.s);
+        return -1;
+    }
     return ret_buf(c, at, &b, out);
 }
 
@@ -327,7 +391,10 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
     switch (fn) {
     case F_RAISE: {
         Buf b = {0};
-        if (v_to_string(&b, arg_get(a, 0, NULL)) < 0) { mem_free(b.s); return -1; }
+        if (v_to_string(&b, arg_get(a, 0, NULL)) < 0) {
+            mem_free(b.s);
+            return -1;
+        }
         int rc = rt_error(c, at, "raise_exception: %s", b.s ? b.s : "");
         mem_free(b.s);
         return rc;
@@ -336,7 +403,8 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
         long long v[3] = {0, 0, 1};
         if (a->npos < 1 || a->npos > 3) return rt_error(c, at, "range() takes 1 to 3 integer arguments");
         for (size_t i = 0; i < a->npos; i++) {
-            if (!v_is_int(a->pos[i])) return rt_error(c, at, "range() arguments must be integers, got %s", v_type(a->pos[i]));
+            if (!v_is_int(a->pos[i]))
+                return rt_error(c, at, "range() arguments must be integers, got %s", v_type(a->pos[i]));
             v[i] = json_integer_value(a->pos[i].j);
         }
         long long start = a->npos == 1 ? 0 : v[0], stop = a->npos == 1 ? v[0] : v[1], step = v[2];
@@ -348,7 +416,10 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
         json_t *arr = json_array();
         if (!arr) return rt_error(c, at, "out of memory");
         for (long long i = 0, x = start; i < (long long)count; i++, x += step)
-            if (json_array_append_new(arr, json_integer(x)) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+            if (json_array_append_new(arr, json_integer(x)) < 0) {
+                json_decref(arr);
+                return rt_error(c, at, "out of memory");
+            }
         *out = v_json(arr);
         return 0;
     }
@@ -363,10 +434,15 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
         }
         for (size_t i = 0; rc == 0 && i < a->nkw; i++) {
             Value v = a->kwv[i];
-            if (v.k == V_MACRO || v.k == V_FUNC) rc = rt_error(c, at, "a macro or function cannot be stored in a namespace");
-            else if (v.k != V_UNDEF && json_object_set_new(obj, a->kw[i], v_to_json(v)) < 0) rc = rt_error(c, at, "out of memory");
+            if (v.k == V_MACRO || v.k == V_FUNC)
+                rc = rt_error(c, at, "a macro or function cannot be stored in a namespace");
+            else if (v.k != V_UNDEF && json_object_set_new(obj, a->kw[i], v_to_json(v)) < 0)
+                rc = rt_error(c, at, "out of memory");
         }
-        if (rc < 0) { json_decref(obj); return -1; }
+        if (rc < 0) {
+            json_decref(obj);
+            return -1;
+        }
         *out = (Value){.k = V_NS, .j = obj};
         return 0;
     }
@@ -377,7 +453,12 @@ int call_builtin(Ctx *c, const Node *at, int fn, Args *a, Value *out) {
 
 /* ---------------------------------------------------------------- sorting */
 
-typedef struct { Ctx *c; const Node *at; bool case_sensitive; int failed; } CmpCtx;
+typedef struct {
+    Ctx *c;
+    const Node *at;
+    bool case_sensitive;
+    int failed;
+} CmpCtx;
 
 static int cmp_values(CmpCtx *cc, json_t *x, json_t *y) {
     if (json_is_number(x) || json_is_boolean(x)) {
@@ -391,7 +472,10 @@ static int cmp_values(CmpCtx *cc, json_t *x, json_t *y) {
         size_t la = json_string_length(x), lb = json_string_length(y);
         for (size_t i = 0; i < la && i < lb; i++) {
             int ca = (unsigned char)a[i], cb = (unsigned char)b[i];
-            if (!cc->case_sensitive) { ca = tolower(ca); cb = tolower(cb); }
+            if (!cc->case_sensitive) {
+                ca = tolower(ca);
+                cb = tolower(cb);
+            }
             if (ca != cb) return ca < cb ? -1 : 1;
         }
         return la < lb ? -1 : la > lb;
@@ -407,7 +491,8 @@ static json_t *attr_path(json_t *item, const char *path) {
     while (item && *path) {
         size_t l = strcspn(path, ".");
         if (l >= sizeof part) return NULL;
-        memcpy(part, path, l); part[l] = 0;
+        memcpy(part, path, l);
+        part[l] = 0;
         path += l + (path[l] == '.');
         if (json_is_object(item)) item = json_object_get(item, part);
         else if (json_is_array(item)) {
@@ -437,18 +522,32 @@ static void merge_sort(json_t **v, json_t **tmp, size_t n, CmpCtx *cc, const cha
     memcpy(v, tmp, n * sizeof(json_t *));
 }
 
-static int sorted(Ctx *c, const Node *at, json_t *arr, bool reverse, bool case_sensitive, const char *attr, Value *out) {
+static int sorted(Ctx *c, const Node *at, json_t *arr, bool reverse, bool case_sensitive, const char *attr,
+                  Value *out) {
     size_t n = json_array_size(arr);
     json_t **v = mem_alloc((n + 1) * sizeof(json_t *)), **tmp = mem_alloc((n + 1) * sizeof(json_t *));
-    if (!v || !tmp) { mem_free(v); mem_free(tmp); return -1; }
+    if (!v || !tmp) {
+        mem_free(v);
+        mem_free(tmp);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) v[i] = json_array_get(arr, i);
     double log_n = n > 1 ? ceil(log2((double)n)) : 1;
-    if (count_iterations(c, at, (long)(n * log_n)) < 0) { mem_free(v); mem_free(tmp); return -1; }
+    if (count_iterations(c, at, (long)(n * log_n)) < 0) {
+        mem_free(v);
+        mem_free(tmp);
+        return -1;
+    }
     CmpCtx cc = {c, at, case_sensitive, 0};
     merge_sort(v, tmp, n, &cc, attr, reverse);
     json_t *res = cc.failed ? NULL : json_array();
-    for (size_t i = 0; res && i < n; i++) if (json_array_append(res, v[i]) < 0) { json_decref(res); res = NULL; }
-    mem_free(v); mem_free(tmp);
+    for (size_t i = 0; res && i < n; i++)
+        if (json_array_append(res, v[i]) < 0) {
+            json_decref(res);
+            res = NULL;
+        }
+    mem_free(v);
+    mem_free(tmp);
     if (cc.failed) return -1;
     return ret_json(c, at, res, out);
 }
@@ -491,7 +590,8 @@ static int filter_default(Ctx *c, const Node *at, const char *name, Value x, Arg
 static int filter_tojson(Ctx *c, const Node *at, const char *name, Value x, Args *a, Value *out) {
     (void)name;
     Value ind = arg_get(a, (size_t)-1, "indent"), seps = arg_get(a, (size_t)-1, "separators");
-    if (!(ind.k == V_UNDEF || v_is_int(ind) || is_nullish(ind))) return rt_error(c, at, "tojson: indent must be an integer");
+    if (!(ind.k == V_UNDEF || v_is_int(ind) || is_nullish(ind)))
+        return rt_error(c, at, "tojson: indent must be an integer");
     JsonStyle st = {v_is_int(ind) ? (int)json_integer_value(ind.j) : 0,
                     arg_bool(arg_get(a, (size_t)-1, "ensure_ascii"), false),
                     arg_bool(arg_get(a, (size_t)-1, "sort_keys"), false), ", ", ": "};
@@ -501,7 +601,8 @@ static int filter_tojson(Ctx *c, const Node *at, const char *name, Value x, Args
         json_t *i0 = json_array_get(seps.j, 0), *i1 = json_array_get(seps.j, 1);
         if (json_array_size(seps.j) != 2 || !json_is_string(i0) || !json_is_string(i1))
             return rt_error(c, at, "tojson: separators must be two strings");
-        st.item_sep = json_string_value(i0); st.key_sep = json_string_value(i1);
+        st.item_sep = json_string_value(i0);
+        st.key_sep = json_string_value(i1);
     }
     if (x.k == V_MACRO || x.k == V_FUNC) return rt_error(c, at, "tojson: cannot serialize a %s", v_type(x));
     Buf b = {0};
@@ -509,7 +610,10 @@ static int filter_tojson(Ctx *c, const Node *at, const char *name, Value x, Args
     if (!j) return rt_error(c, at, "out of memory");
     int rc = json_write(&b, j, &st, 0);
     json_decref(j);
-    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    if (rc < 0) {
+        mem_free(b.s);
+        return rt_error(c, at, "%s", error_message());
+    }
     return ret_buf(c, at, &b, out);
 }
 
@@ -584,7 +688,9 @@ static int filter_indent(Ctx *c, const Node *at, const char *name, Value x, Args
     Buf pad = {0}, b = {0};
     int rc = 0;
     if (v_is_str(w)) rc = buf_put(&pad, v_str(w), v_len(w));
-    else for (long long k = 0, wn = v_is_int(w) ? json_integer_value(w.j) : 4; rc == 0 && k < wn && k < 4096; k++) rc = buf_put(&pad, " ", 1);
+    else
+        for (long long k = 0, wn = v_is_int(w) ? json_integer_value(w.j) : 4; rc == 0 && k < wn && k < 4096; k++)
+            rc = buf_put(&pad, " ", 1);
     size_t i = 0, line = 0;
     while (rc == 0) {
         const char *nl = memchr(s + i, '\n', n - i);
@@ -594,10 +700,14 @@ static int filter_indent(Ctx *c, const Node *at, const char *name, Value x, Args
         if (rc == 0) rc = buf_put(&b, s + i, end - i);
         if (!nl || rc) break;
         if (rc == 0) rc = buf_put(&b, "\n", 1);
-        i = end + 1; line++;
+        i = end + 1;
+        line++;
     }
     mem_free(pad.s);
-    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    if (rc < 0) {
+        mem_free(b.s);
+        return rt_error(c, at, "%s", error_message());
+    }
     return ret_buf(c, at, &b, out);
 }
 
@@ -611,11 +721,15 @@ static int filter_number(Ctx *c, const Node *at, const char *name, Value x, Args
     if (s) {
         char buf[64];
         size_t l = n < sizeof buf - 1 ? n : sizeof buf - 1;
-        memcpy(buf, s, l); buf[l] = 0;
+        memcpy(buf, s, l);
+        buf[l] = 0;
         char *end;
         d = is_int ? (double)strtoll(buf, &end, 10) : strtod(buf, &end);
         if (end == buf) {
-            if (dflt.k != V_UNDEF) { *out = v_copy(dflt); return 0; }
+            if (dflt.k != V_UNDEF) {
+                *out = v_copy(dflt);
+                return 0;
+            }
             d = 0;
         }
     } else if (v_is_num(x) || (x.k == V_JSON && json_is_boolean(x.j))) d = v_num(x);
@@ -638,7 +752,8 @@ static int filter_bool(Ctx *c, const Node *at, const char *name, Value x, Args *
     (void)at;
     (void)a;
     (void)name;
-    *out = v_json(json_boolean(v_truthy(x))); return 0;
+    *out = v_json(json_boolean(v_truthy(x)));
+    return 0;
 }
 
 /* items, dictsort */
@@ -649,8 +764,8 @@ static int filter_items_dictsort(Ctx *c, const Node *at, const char *name, Value
     Value pairs;
     TRY(items_of(c, at, x.j, 'i', &pairs));
     bool by_value = v_is_str(arg_get(a, 1, "by")) && !strcmp(v_str(arg_get(a, 1, "by")), "value");
-    int rc = sorted(c, at, pairs.j, arg_bool(arg_get(a, 2, "reverse"), false), arg_bool(arg_get(a, 0, "case_sensitive"), false),
-                    by_value ? "1" : "0", out);
+    int rc = sorted(c, at, pairs.j, arg_bool(arg_get(a, 2, "reverse"), false),
+                    arg_bool(arg_get(a, 0, "case_sensitive"), false), by_value ? "1" : "0", out);
     v_free(&pairs);
     return rc;
 }
@@ -678,7 +793,10 @@ static int filter_join(Ctx *c, const Node *at, const char *name, Value x, Args *
             if (rc == 0 && item && !json_is_null(item)) rc = v_to_string(&b, (Value){.k = V_JSON, .j = item});
         }
     }
-    if (rc < 0) { mem_free(b.s); return rt_error(c, at, "%s", error_message()); }
+    if (rc < 0) {
+        mem_free(b.s);
+        return rt_error(c, at, "%s", error_message());
+    }
     return ret_buf(c, at, &b, out);
 }
 
@@ -696,7 +814,10 @@ static int filter_first_last(Ctx *c, const Node *at, const char *name, Value x, 
     if (s) {
         if (!n) return 0;
         size_t i = 0;
-        if (last) { i = n - 1; while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--; }
+        if (last) {
+            i = n - 1;
+            while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+        }
         return ret_str(c, at, s + i, utf8_next(s, n, i) - i, out);
     }
     return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
@@ -711,17 +832,33 @@ static int filter_list_reverse(Ctx *c, const Node *at, const char *name, Value x
     if (!arr) return rt_error(c, at, "out of memory");
     int rc = 0;
     if (v_is_arr(x)) rc = json_array_extend(arr, x.j);
-    else if (s) for (size_t i = 0; rc == 0 && i < n; i = utf8_next(s, n, i)) rc = json_array_append_new(arr, json_stringn_nocheck(s + i, utf8_next(s, n, i) - i));
-    else if (v_is_obj(x)) { const char *k; json_t *v; json_object_foreach(x.j, k, v) if (rc == 0) rc = json_array_append_new(arr, json_string(k)); }
-    else if (x.k != V_UNDEF) { json_decref(arr); return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x)); }
-    if (rc < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+    else if (s)
+        for (size_t i = 0; rc == 0 && i < n; i = utf8_next(s, n, i))
+            rc = json_array_append_new(arr, json_stringn_nocheck(s + i, utf8_next(s, n, i) - i));
+    else if (v_is_obj(x)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(x.j, k, v)
+            if (rc == 0) rc = json_array_append_new(arr, json_string(k));
+    } else if (x.k != V_UNDEF) {
+        json_decref(arr);
+        return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
+    }
+    if (rc < 0) {
+        json_decref(arr);
+        return rt_error(c, at, "out of memory");
+    }
     if (name[0] == 'r') {
         size_t len = json_array_size(arr);
         if (s) {  /* reversed string */
             Buf b = {0};
-            for (size_t i = len; rc == 0 && i-- > 0;) rc = v_to_string(&b, (Value){.k = V_JSON, .j = json_array_get(arr, i)});
+            for (size_t i = len; rc == 0 && i-- > 0;)
+                rc = v_to_string(&b, (Value){.k = V_JSON, .j = json_array_get(arr, i)});
             json_decref(arr);
-            if (rc < 0) { mem_free(b.s); return -1; }
+            if (rc < 0) {
+                mem_free(b.s);
+                return -1;
+            }
             return ret_buf(c, at, &b, out);
         }
         for (size_t i = 0; i < len / 2; i++) {
@@ -741,8 +878,12 @@ static int filter_sort(Ctx *c, const Node *at, const char *name, Value x, Args *
     Value attr = arg_get(a, 2, "attribute");
     char idx[32];
     const char *path = v_is_str(attr) ? v_str(attr) : NULL;
-    if (v_is_int(attr)) { snprintf(idx, sizeof idx, "%lld", (long long)json_integer_value(attr.j)); path = idx; }
-    return sorted(c, at, x.j, arg_bool(arg_get(a, 0, "reverse"), false), arg_bool(arg_get(a, 1, "case_sensitive"), false), path, out);
+    if (v_is_int(attr)) {
+        snprintf(idx, sizeof idx, "%lld", (long long)json_integer_value(attr.j));
+        path = idx;
+    }
+    return sorted(c, at, x.j, arg_bool(arg_get(a, 0, "reverse"), false),
+                  arg_bool(arg_get(a, 1, "case_sensitive"), false), path, out);
 }
 
 /* unique */
@@ -754,11 +895,18 @@ static int filter_unique(Ctx *c, const Node *at, const char *name, Value x, Args
     if (!arr) return rt_error(c, at, "out of memory");
     size_t len = json_array_size(x.j);
     for (size_t i = 0; i < len; i++) {
-        if (count_iterations(c, at, (long)json_array_size(arr) + 1) < 0) { json_decref(arr); return -1; }
+        if (count_iterations(c, at, (long)json_array_size(arr) + 1) < 0) {
+            json_decref(arr);
+            return -1;
+        }
         Value item = {.k = V_JSON, .j = json_array_get(x.j, i)};
         bool seen = false;
-        for (size_t k = 0; k < json_array_size(arr) && !seen; k++) seen = v_strict_equal(item, (Value){.k = V_JSON, .j = json_array_get(arr, k)});
-        if (!seen && json_array_append(arr, item.j) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+        for (size_t k = 0; k < json_array_size(arr) && !seen; k++)
+            seen = v_strict_equal(item, (Value){.k = V_JSON, .j = json_array_get(arr, k)});
+        if (!seen && json_array_append(arr, item.j) < 0) {
+            json_decref(arr);
+            return rt_error(c, at, "out of memory");
+        }
     }
     *out = v_json(arr);
     return 0;
@@ -771,23 +919,36 @@ static int filter_select_reject(Ctx *c, const Node *at, const char *name, Value 
     if (x.k == V_UNDEF) return ret_json(c, at, json_array(), out);
     if (!v_is_arr(x)) return rt_error(c, at, "filter '%s' cannot be applied to a %s value", name, v_type(x));
     Value attr = a0, test = arg_get(a, 1, NULL);
-    if (!v_is_str(attr) || (test.k != V_UNDEF && !v_is_str(test))) return rt_error(c, at, "arguments of '%s' must be strings", name);
+    if (!v_is_str(attr) || (test.k != V_UNDEF && !v_is_str(test)))
+        return rt_error(c, at, "arguments of '%s' must be strings", name);
     if (test.k != V_UNDEF && !ct_test_known(v_str(test))) return rt_error(c, at, "unknown test '%s'", v_str(test));
     json_t *arr = json_array();
     if (!arr) return rt_error(c, at, "out of memory");
     Args targs = {0};
-    if (a->npos > 2) { targs.pos[0] = a->pos[2]; targs.npos = 1; }
+    if (a->npos > 2) {
+        targs.pos[0] = a->pos[2];
+        targs.npos = 1;
+    }
     for (size_t i = 0; i < json_array_size(x.j); i++) {
         json_t *item = json_array_get(x.j, i);
-        if (!json_is_object(item)) { json_decref(arr); return rt_error(c, at, "'%s' can only be applied to a list of objects", name); }
+        if (!json_is_object(item)) {
+            json_decref(arr);
+            return rt_error(c, at, "'%s' can only be applied to a list of objects", name);
+        }
         json_t *v = attr_path(item, v_str(attr));
         bool r = false;
         if (v) {
             Value vv = {.k = V_JSON, .j = v};
             if (test.k == V_UNDEF) r = v_truthy(vv);
-            else if (apply_test(c, at, v_str(test), vv, &targs, &r) < 0) { json_decref(arr); return -1; }
+            else if (apply_test(c, at, v_str(test), vv, &targs, &r) < 0) {
+                json_decref(arr);
+                return -1;
+            }
         }
-        if (r == select && json_array_append(arr, item) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+        if (r == select && json_array_append(arr, item) < 0) {
+            json_decref(arr);
+            return rt_error(c, at, "out of memory");
+        }
     }
     *out = v_json(arr);
     return 0;
@@ -810,11 +971,20 @@ static int filter_map(Ctx *c, const Node *at, const char *name, Value x, Args *a
         } else if (v_is_str(a0) && a->npos == 1 && ct_filter_known(v_str(a0)) && strcmp(v_str(a0), "map")) {
             Value fr;
             Args none = {0};
-            if (apply_filter(c, at, v_str(a0), (Value){.k = V_JSON, .j = item}, &none, &fr) < 0) { json_decref(arr); return -1; }
+            if (apply_filter(c, at, v_str(a0), (Value){.k = V_JSON, .j = item}, &none, &fr) < 0) {
+                json_decref(arr);
+                return -1;
+            }
             r = v_to_json(fr);
             v_free(&fr);
-        } else { json_decref(arr); return rt_error(c, at, "map: needs attribute='name' or a filter name"); }
-        if (json_array_append_new(arr, r) < 0) { json_decref(arr); return rt_error(c, at, "out of memory"); }
+        } else {
+            json_decref(arr);
+            return rt_error(c, at, "map: needs attribute='name' or a filter name");
+        }
+        if (json_array_append_new(arr, r) < 0) {
+            json_decref(arr);
+            return rt_error(c, at, "out of memory");
+        }
     }
     *out = v_json(arr);
     return 0;

@@ -23,10 +23,20 @@ typedef struct {
     int fn;             /* V_FUNC: which; V_LOOP: the iteration (j: the loop's items) */
 } Value;
 
-typedef struct { const char *name; Value v; } Var;
-struct Scope { Scope *parent; Var *vars; size_t n, cap; };
+typedef struct {
+    const char *name;
+    Value v;
+} Var;
+struct Scope {
+    Scope *parent;
+    Var *vars;
+    size_t n, cap;
+};
 
-typedef struct { char *s; size_t len, cap; } Buf;
+typedef struct {
+    char *s;
+    size_t len, cap;
+} Buf;
 
 typedef struct {
     const ChatTemplate *t;
@@ -39,8 +49,11 @@ typedef struct {
 
 #define CT_MAX_ARGS 16
 typedef struct {
-    Value pos[CT_MAX_ARGS]; size_t npos;
-    const char *kw[CT_MAX_ARGS]; Value kwv[CT_MAX_ARGS]; size_t nkw;
+    Value pos[CT_MAX_ARGS];
+    size_t npos;
+    const char *kw[CT_MAX_ARGS];
+    Value kwv[CT_MAX_ARGS];
+    size_t nkw;
 } Args;
 
 /* values (value.c) */
@@ -73,7 +86,12 @@ int v_to_string(Buf *b, Value v);
  * @huggingface/jinja has no string filter for objects (SmolLM3's xml_tools). */
 int v_to_python_repr(Buf *b, json_t *j);
 /* JSON text as @huggingface/jinja's toJSON writes it. indent <= 0: one line. */
-typedef struct { int indent; bool ensure_ascii; bool sort_keys; const char *item_sep, *key_sep; } JsonStyle;
+typedef struct {
+    int indent;
+    bool ensure_ascii;
+    bool sort_keys;
+    const char *item_sep, *key_sep;
+} JsonStyle;
 int json_write(Buf *b, json_t *j, const JsonStyle *st, int depth);
 int real_to_string(char *out, size_t cap, double x, bool python_float);
 

@@ -15,8 +15,14 @@
 
 Value v_undef(void) { return (Value){.k = V_UNDEF}; }
 Value v_json(json_t *j) { return j ? (Value){.k = V_JSON, .j = j} : v_undef(); }
-Value v_copy(Value v) { if (v.j) json_incref(v.j); return v; }
-void v_free(Value *v) { if (v->j) json_decref(v->j); *v = v_undef(); }
+Value v_copy(Value v) {
+    if (v.j) json_incref(v.j);
+    return v;
+}
+void v_free(Value *v) {
+    if (v->j) json_decref(v->j);
+    *v = v_undef();
+}
 bool v_is_str(Value v) { return v.k == V_JSON && json_is_string(v.j); }
 bool v_is_num(Value v) { return v.k == V_JSON && json_is_number(v.j); }
 bool v_is_int(Value v) { return v.k == V_JSON && json_is_integer(v.j); }
@@ -81,8 +87,12 @@ static double js_number(const char *s, size_t n, bool *ok) {
     *ok = true;
     if (e == i) return 0;
     char buf[64];
-    if (e - i >= sizeof buf) { *ok = false; return 0; }
-    memcpy(buf, s + i, e - i); buf[e - i] = 0;
+    if (e - i >= sizeof buf) {
+        *ok = false;
+        return 0;
+    }
+    memcpy(buf, s + i, e - i);
+    buf[e - i] = 0;
     char *end;
     double d = strtod(buf, &end);
     if (*end) *ok = false;
@@ -142,12 +152,16 @@ json_t *loop_field(Value loop, const char *name, bool *oom) {
 }
 
 json_t *loop_object(Value loop) {
-    static const char *const fields[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem"};
+    static const char *const fields[] = {"index", "index0", "revindex", "revindex0", "first",
+                                         "last", "length", "previtem", "nextitem"};
     json_t *o = json_object();
     for (size_t k = 0; o && k < sizeof fields / sizeof fields[0]; k++) {
         bool oom;
         json_t *f = loop_field(loop, fields[k], &oom);
-        if (oom || (f && json_object_set_new(o, fields[k], f) < 0)) { json_decref(o); o = NULL; }
+        if (oom || (f && json_object_set_new(o, fields[k], f) < 0)) {
+            json_decref(o);
+            o = NULL;
+        }
     }
     return o;
 }
@@ -163,7 +177,8 @@ int buf_put(Buf *b, const char *s, size_t n) {
         while (cap < b->len + n + 1) cap *= 2;
         char *ns = mem_realloc(b->s, cap);
         if (!ns) return -1;
-        b->s = ns; b->cap = cap;
+        b->s = ns;
+        b->cap = cap;
     }
     memcpy(b->s + b->len, s, n);
     b->len += n;
@@ -298,16 +313,32 @@ static int json_string_write(Buf *b, const char *s, size_t n, bool ensure_ascii)
         const char *rep = NULL;
         size_t next = i + 1;
         switch (c) {
-        case '"': rep = "\\\""; break;
-        case '\\': rep = "\\\\"; break;
-        case '\b': rep = "\\b"; break;
-        case '\f': rep = "\\f"; break;
-        case '\n': rep = "\\n"; break;
-        case '\r': rep = "\\r"; break;
-        case '\t': rep = "\\t"; break;
+        case '"':
+            rep = "\\\"";
+            break;
+        case '\\':
+            rep = "\\\\";
+            break;
+        case '\b':
+            rep = "\\b";
+            break;
+        case '\f':
+            rep = "\\f";
+            break;
+        case '\n':
+            rep = "\\n";
+            break;
+        case '\r':
+            rep = "\\r";
+            break;
+        case '\t':
+            rep = "\\t";
+            break;
         default:
-            if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); rep = esc; }
-            else if (ensure_ascii && c >= 0x7F) {
+            if (c < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", c);
+                rep = esc;
+            } else if (ensure_ascii && c >= 0x7F) {
                 unsigned cp = utf8_decode(s, n, i, &next);
                 if (cp >= 0x10000) {
                     cp -= 0x10000;
@@ -333,18 +364,26 @@ static int newline_indent(Buf *b, int indent, int depth) {
     return 0;
 }
 
-typedef struct { const char *key; json_t *value; } Entry;
+typedef struct {
+    const char *key;
+    json_t *value;
+} Entry;
 static int entry_cmp(const void *a, const void *b) { return strcmp(((const Entry *)a)->key, ((const Entry *)b)->key); }
 
 int json_write(Buf *b, json_t *j, const JsonStyle *st, int depth) {
-    if (depth > CHAT_TEMPLATE_MAX_DEPTH) return error_set("chat template: tojson: value nested deeper than %d levels", CHAT_TEMPLATE_MAX_DEPTH);
+    if (depth > CHAT_TEMPLATE_MAX_DEPTH)
+        return error_set("chat template: tojson: value nested deeper than %d levels", CHAT_TEMPLATE_MAX_DEPTH);
     char num[64];
     switch (json_typeof(j)) {
     case JSON_NULL: return buf_str(b, "null");
     case JSON_TRUE: return buf_str(b, "true");
     case JSON_FALSE: return buf_str(b, "false");
-    case JSON_INTEGER: snprintf(num, sizeof num, "%lld", (long long)json_integer_value(j)); return buf_str(b, num);
-    case JSON_REAL: real_to_string(num, sizeof num, json_real_value(j), true); return buf_str(b, num);
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(j));
+        return buf_str(b, num);
+    case JSON_REAL:
+        real_to_string(num, sizeof num, json_real_value(j), true);
+        return buf_str(b, num);
     case JSON_STRING: return json_string_write(b, json_string_value(j), json_string_length(j), st->ensure_ascii);
     case JSON_ARRAY: {
         size_t n = json_array_size(j);
@@ -361,8 +400,13 @@ int json_write(Buf *b, json_t *j, const JsonStyle *st, int depth) {
         size_t n = json_object_size(j), k = 0;
         Entry *e = n ? mem_alloc(n * sizeof(Entry)) : NULL;
         if (n && !e) return -1;
-        const char *key; json_t *val;
-        json_object_foreach(j, key, val) { e[k].key = key; e[k].value = val; k++; }
+        const char *key;
+        json_t *val;
+        json_object_foreach(j, key, val) {
+            e[k].key = key;
+            e[k].value = val;
+            k++;
+        }
         if (st->sort_keys) qsort(e, n, sizeof(Entry), entry_cmp);
         int rc = buf_put(b, "{", 1);
         for (size_t i = 0; i < n && rc == 0; i++) {
@@ -400,8 +444,12 @@ int v_to_string(Buf *b, Value v) {
     }
     switch (json_typeof(v.j)) {
     case JSON_STRING: return buf_put(b, json_string_value(v.j), json_string_length(v.j));
-    case JSON_INTEGER: snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v.j)); return buf_str(b, num);
-    case JSON_REAL: real_to_string(num, sizeof num, json_real_value(v.j), true); return buf_str(b, num);
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v.j));
+        return buf_str(b, num);
+    case JSON_REAL:
+        real_to_string(num, sizeof num, json_real_value(v.j), true);
+        return buf_str(b, num);
     case JSON_TRUE: return buf_str(b, "true");
     case JSON_FALSE: return buf_str(b, "false");
     case JSON_NULL: return buf_str(b, "None");

@@ -16,13 +16,17 @@
 #define METASPACE "\xE2\x96\x81" /* U+2581, sentencepiece's space */
 #define MAX_VOCAB (1 << 24) /* ids beyond 16M are a broken file, not a vocab */
 
-typedef struct { const char *path; Tokenizer *t; } Ctx;
+typedef struct {
+    const char *path;
+    Tokenizer *t;
+} Ctx;
 
 /* flags: JSON_DECODE_INT_AS_REAL for tokenizer_config.json, whose
  * model_max_length is often 1e30 written as an integer. */
 static json_t *load_json(const char *path, size_t flags) {
     /* One read and json_loadb: jansson's own file reader goes through getc. */
-    char *text; size_t size;
+    char *text;
+    size_t size;
     if (file_read_all(path, (size_t)1 << 31, &text, &size) < 0) return NULL;
     json_error_t err;
     json_t *root = json_loadb(text, size, flags, &err);
@@ -33,14 +37,21 @@ static json_t *load_json(const char *path, size_t flags) {
         error_set("%s: invalid JSON at line %d column %d: %s", path, err.line, err.column, err.text);
         return NULL;
     }
-    if (!json_is_object(root)) { json_decref(root); error_set("%s: top level is not a JSON object", path); return NULL; }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        error_set("%s: top level is not a JSON object", path);
+        return NULL;
+    }
     return root;
 }
 
 /* ----------------------------------------------------------- small getters */
 static int get_bool(const Ctx *c, json_t *obj, const char *field, const char *where, bool def, bool *out) {
     json_t *v = json_object_get(obj, field);
-    if (!v || json_is_null(v)) { *out = def; return 0; }
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
     if (!json_is_boolean(v)) return error_set("%s: %s.%s: expected true or false", c->path, where, field);
     *out = json_is_true(v);
     return 0;
@@ -56,7 +67,10 @@ static int get_str(const Ctx *c, json_t *obj, const char *field, const char *whe
 }
 static int get_int(const Ctx *c, json_t *obj, const char *field, const char *where, long long def, long long *out) {
     json_t *v = json_object_get(obj, field);
-    if (!v || json_is_null(v)) { *out = def; return 0; }
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
     if (!json_is_integer(v)) return error_set("%s: %s.%s: expected an integer", c->path, where, field);
     *out = json_integer_value(v);
     return 0;
@@ -70,11 +84,16 @@ static int dup_str(const char *s, char **out, size_t *len) {
 /* A {"String": s} or {"Regex": r} pattern. */
 static int get_pattern(const Ctx *c, json_t *obj, const char *where, const char **s, bool *is_regex) {
     json_t *p = json_object_get(obj, "pattern");
-    if (!json_is_object(p)) return error_set("%s: %s.pattern: expected {\"String\": ...} or {\"Regex\": ...}", c->path, where);
+    if (!json_is_object(p))
+        return error_set("%s: %s.pattern: expected {\"String\": ...} or {\"Regex\": ...}", c->path, where);
     json_t *v = json_object_get(p, "String");
     *is_regex = false;
-    if (!v) { v = json_object_get(p, "Regex"); *is_regex = true; }
-    if (!json_is_string(v)) return error_set("%s: %s.pattern: expected {\"String\": ...} or {\"Regex\": ...}", c->path, where);
+    if (!v) {
+        v = json_object_get(p, "Regex");
+        *is_regex = true;
+    }
+    if (!json_is_string(v))
+        return error_set("%s: %s.pattern: expected {\"String\": ...} or {\"Regex\": ...}", c->path, where);
     *s = json_string_value(v);
     return 0;
 }
@@ -105,12 +124,14 @@ static int parse_normalizer(const Ctx *c, json_t *j, const char *where, Normaliz
         return 0;
     }
     if (!strcmp(type, "Prepend")) {
-        const char *s; n->kind = NORM_PREPEND;
+        const char *s;
+        n->kind = NORM_PREPEND;
         TRY(get_str(c, j, "prepend", where, true, &s));
         return dup_str(s, &n->a, &n->a_len);
     }
     if (!strcmp(type, "Replace")) {
-        const char *pat, *content; bool is_regex;
+        const char *pat, *content;
+        bool is_regex;
         n->kind = NORM_REPLACE;
         TRY(get_pattern(c, j, where, &pat, &is_regex));
         TRY(get_str(c, j, "content", where, true, &content));
@@ -123,8 +144,12 @@ static int parse_normalizer(const Ctx *c, json_t *j, const char *where, Normaliz
         }
         return 0;
     }
-    if (!strcmp(type, "NFC")) { n->kind = NORM_NFC; return 0; }
-    return error_set("%s: %s.type: normalizer \"%s\" is not supported (supported: Sequence, Prepend, Replace, NFC)", c->path, where, type);
+    if (!strcmp(type, "NFC")) {
+        n->kind = NORM_NFC;
+        return 0;
+    }
+    return error_set("%s: %s.type: normalizer \"%s\" is not supported (supported: Sequence, Prepend, Replace, NFC)",
+                     c->path, where, type);
 }
 
 /* ---------------------------------------------------------- pre-tokenizer */
@@ -151,17 +176,24 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
         return 0;
     }
     if (!strcmp(type, "Split")) {
-        const char *pat, *behavior; bool is_regex;
+        const char *pat, *behavior;
+        bool is_regex;
         p->kind = PRE_SPLIT;
         TRY(get_pattern(c, j, where, &pat, &is_regex));
         TRY(get_str(c, j, "behavior", where, true, &behavior));
         TRY(get_bool(c, j, "invert", where, false, &p->invert));
-        static const struct { const char *name; SplitBehavior b; } names[] = {
-            { "Isolated", SPLIT_ISOLATED }, { "Removed", SPLIT_REMOVED }, { "MergedWithPrevious", SPLIT_MERGED_PREV },
-            { "MergedWithNext", SPLIT_MERGED_NEXT }, { "Contiguous", SPLIT_CONTIGUOUS } };
+        static const struct {
+            const char *name;
+            SplitBehavior b;
+        } names[] = {{"Isolated", SPLIT_ISOLATED},
+                     {"Removed", SPLIT_REMOVED},
+                     {"MergedWithPrevious", SPLIT_MERGED_PREV},
+                     {"MergedWithNext", SPLIT_MERGED_NEXT},
+                     {"Contiguous", SPLIT_CONTIGUOUS}};
         size_t i = 0;
         while (i < sizeof names / sizeof names[0] && strcmp(names[i].name, behavior)) i++;
-        if (i == sizeof names / sizeof names[0]) return error_set("%s: %s.behavior: unknown split behavior \"%s\"", c->path, where, behavior);
+        if (i == sizeof names / sizeof names[0])
+            return error_set("%s: %s.behavior: unknown split behavior \"%s\"", c->path, where, behavior);
         p->behavior = names[i].b;
         snprintf(sub, sizeof sub, "%s: %s.pattern", c->path, where);
         TRY(tok_regex_compile(&p->regex, pat, !is_regex, sub));
@@ -193,7 +225,8 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
         p->prepend_scheme = PREPEND_ALWAYS;
         if (scheme && !strcmp(scheme, "first")) p->prepend_scheme = PREPEND_FIRST;
         else if (scheme && !strcmp(scheme, "never")) p->prepend_scheme = PREPEND_NEVER;
-        else if (scheme && strcmp(scheme, "always")) return error_set("%s: %s.prepend_scheme: unknown scheme \"%s\"", c->path, where, scheme);
+        else if (scheme && strcmp(scheme, "always"))
+            return error_set("%s: %s.prepend_scheme: unknown scheme \"%s\"", c->path, where, scheme);
         TRY(get_bool(c, j, "add_prefix_space", where, p->prepend_scheme != PREPEND_NEVER, &p->add_prefix_space));
         TRY(get_bool(c, j, "split", where, true, &p->split));
         return 0;
@@ -202,7 +235,9 @@ static int parse_pretokenizer(const Ctx *c, json_t *j, const char *where, PreTok
         p->kind = PRE_DIGITS;
         return get_bool(c, j, "individual_digits", where, false, &p->individual_digits);
     }
-    return error_set("%s: %s.type: pre-tokenizer \"%s\" is not supported (supported: Sequence, Split, ByteLevel, Metaspace, Digits)", c->path, where, type);
+    return error_set(
+        "%s: %s.type: pre-tokenizer \"%s\" is not supported (supported: Sequence, Split, ByteLevel, Metaspace, Digits)",
+        c->path, where, type);
 }
 
 /* ---------------------------------------------------------------- decoder */
@@ -226,30 +261,45 @@ static int parse_decoder(const Ctx *c, json_t *j, const char *where, Decoder *d)
         }
         return 0;
     }
-    if (!strcmp(type, "ByteLevel")) { d->kind = DEC_BYTELEVEL; return 0; }
-    if (!strcmp(type, "ByteFallback")) { d->kind = DEC_BYTEFALLBACK; return 0; }
-    if (!strcmp(type, "Fuse")) { d->kind = DEC_FUSE; return 0; }
+    if (!strcmp(type, "ByteLevel")) {
+        d->kind = DEC_BYTELEVEL;
+        return 0;
+    }
+    if (!strcmp(type, "ByteFallback")) {
+        d->kind = DEC_BYTEFALLBACK;
+        return 0;
+    }
+    if (!strcmp(type, "Fuse")) {
+        d->kind = DEC_FUSE;
+        return 0;
+    }
     if (!strcmp(type, "Replace")) {
-        const char *pat, *content; bool is_regex;
+        const char *pat, *content;
+        bool is_regex;
         d->kind = DEC_REPLACE;
         TRY(get_pattern(c, j, where, &pat, &is_regex));
-        if (is_regex) return error_set("%s: %s.pattern: a Regex pattern in the Replace decoder is not supported", c->path, where);
+        if (is_regex)
+            return error_set("%s: %s.pattern: a Regex pattern in the Replace decoder is not supported", c->path, where);
         TRY(get_str(c, j, "content", where, true, &content));
         TRY(dup_str(pat, &d->a, &d->a_len));
         return dup_str(content, &d->b, &d->b_len);
     }
     if (!strcmp(type, "Strip")) {
-        const char *content; long long start = 0, stop = 0;
+        const char *content;
+        long long start = 0, stop = 0;
         d->kind = DEC_STRIP;
         TRY(get_str(c, j, "content", where, true, &content));
         TRY(get_int(c, j, "start", where, 0, &start));
         TRY(get_int(c, j, "stop", where, 0, &stop));
-        if (start < 0 || stop < 0 || start > 1000 || stop > 1000) return error_set("%s: %s: start/stop out of range", c->path, where);
-        d->start = (int)start; d->stop = (int)stop;
+        if (start < 0 || stop < 0 || start > 1000 || stop > 1000)
+            return error_set("%s: %s: start/stop out of range", c->path, where);
+        d->start = (int)start;
+        d->stop = (int)stop;
         return dup_str(content, &d->a, &d->a_len);
     }
     if (!strcmp(type, "Metaspace")) {
-        const char *rep, *scheme; bool add_prefix = true;
+        const char *rep, *scheme;
+        bool add_prefix = true;
         d->kind = DEC_METASPACE;
         TRY(get_str(c, j, "replacement", where, false, &rep));
         TRY(dup_str(rep ? rep : "\xE2\x96\x81", &d->a, &d->a_len));
@@ -258,7 +308,9 @@ static int parse_decoder(const Ctx *c, json_t *j, const char *where, Decoder *d)
         d->strip_first_space = add_prefix;
         return 0;
     }
-    return error_set("%s: %s.type: decoder \"%s\" is not supported (supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)", c->path, where, type);
+    return error_set("%s: %s.type: decoder \"%s\" is not supported (supported: Sequence, ByteLevel, Replace, "
+                     "ByteFallback, Fuse, Strip, Metaspace)",
+                     c->path, where, type);
 }
 
 /* --------------------------------------------------------- post-processor */
@@ -283,7 +335,9 @@ static int parse_template(const Ctx *c, json_t *j, const char *where, PostProces
             continue;
         }
         json_t *name = json_is_object(sp) ? json_object_get(sp, "id") : NULL;
-        if (!json_is_string(name)) return error_set("%s: %s.single[%zu]: expected {\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}", c->path, where, i);
+        if (!json_is_string(name))
+            return error_set("%s: %s.single[%zu]: expected {\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}",
+                             c->path, where, i);
         const char *nm = json_string_value(name);
         json_t *entry = json_is_object(specials) ? json_object_get(specials, nm) : NULL;
         json_t *ids = json_is_object(entry) ? json_object_get(entry, "ids") : NULL;
@@ -294,16 +348,21 @@ static int parse_template(const Ctx *c, json_t *j, const char *where, PostProces
             for (size_t q = 0; q < m; q++) {
                 json_t *v = json_array_get(ids, q);
                 if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->t->vocab_size)
-                    return error_set("%s: %s.special_tokens.%s.ids[%zu]: not a token id below the vocab size %d", c->path, where, nm, q, (int)c->t->vocab_size);
+                    return error_set("%s: %s.special_tokens.%s.ids[%zu]: not a token id below the vocab size %d",
+                                     c->path, where, nm, q, (int)c->t->vocab_size);
                 ti->ids[q] = (int32_t)json_integer_value(v);
             }
             ti->n_ids = m;
         } else {
             int32_t id = strmap_get(&c->t->token_to_id, nm, strlen(nm));
-            if (id < 0) return error_set("%s: %s.single[%zu]: special token \"%s\" is neither in special_tokens nor in the vocab", c->path, where, i, nm);
+            if (id < 0)
+                return error_set(
+                    "%s: %s.single[%zu]: special token \"%s\" is neither in special_tokens nor in the vocab", c->path,
+                    where, i, nm);
             ti->ids = mem_alloc(sizeof *ti->ids);
             if (!ti->ids) return -1;
-            ti->ids[0] = id; ti->n_ids = 1;
+            ti->ids[0] = id;
+            ti->n_ids = 1;
         }
     }
     return 0;
@@ -329,7 +388,9 @@ static int parse_post(const Ctx *c, json_t *j, const char *where, PostProcessor 
         }
         return 0;
     }
-    return error_set("%s: %s.type: post-processor \"%s\" is not supported (supported: TemplateProcessing, ByteLevel, Sequence)", c->path, where, type);
+    return error_set(
+        "%s: %s.type: post-processor \"%s\" is not supported (supported: TemplateProcessing, ByteLevel, Sequence)",
+        c->path, where, type);
 }
 
 /* ------------------------------------------------------------ vocab, model */
@@ -346,20 +407,25 @@ static int parse_model(const Ctx *c, json_t *root) {
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return error_set("%s: model: missing or not an object", c->path);
     const char *type = type_of(model);
-    if (type && strcmp(type, "BPE")) return error_set("%s: model.type: \"%s\" is not supported (only BPE)", c->path, type);
+    if (type && strcmp(type, "BPE"))
+        return error_set("%s: model.type: \"%s\" is not supported (only BPE)", c->path, type);
     json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab)) return error_set("%s: model.vocab: missing or not an object", c->path);
     json_t *added = json_object_get(root, "added_tokens");
-    if (added && !json_is_null(added) && !json_is_array(added)) return error_set("%s: added_tokens: expected an array", c->path);
+    if (added && !json_is_null(added) && !json_is_array(added))
+        return error_set("%s: added_tokens: expected an array", c->path);
     size_t n_vocab = json_object_size(vocab), n_added = json_is_array(added) ? json_array_size(added) : 0;
     if (n_vocab == 0) return error_set("%s: model.vocab: empty", c->path);
-    if (n_vocab + n_added > MAX_VOCAB) return error_set("%s: model.vocab: %zu tokens is more than the %d supported", c->path, n_vocab + n_added, MAX_VOCAB);
+    if (n_vocab + n_added > MAX_VOCAB)
+        return error_set("%s: model.vocab: %zu tokens is more than the %d supported", c->path, n_vocab + n_added,
+                         MAX_VOCAB);
     /* Sizes first: ids of the model vocab, then of added tokens. Ids need
      * not be contiguous (HF's vocab is a map: the gpt-4o / Phi-4 file keeps
      * its special tokens at 200018 and up with unused ids below); the id
      * table is sized by the largest, and decode refuses the holes. */
     long long max_id = -1;
-    const char *key; json_t *val;
+    const char *key;
+    json_t *val;
     json_object_foreach(vocab, key, val) {
         if (!json_is_integer(val)) return error_set("%s: model.vocab[\"%s\"]: id is not an integer", c->path, key);
         long long id = json_integer_value(val);
@@ -384,7 +450,9 @@ static int parse_model(const Ctx *c, json_t *root) {
     TRY(strmap_init(&t->token_to_id, n_vocab + n_added));
     json_object_foreach(vocab, key, val) {
         int32_t id = (int32_t)json_integer_value(val);
-        if (t->id_to_token[id]) return error_set("%s: model.vocab[\"%s\"]: id %d is also used by \"%s\"", c->path, key, (int)id, t->id_to_token[id]);
+        if (t->id_to_token[id])
+            return error_set("%s: model.vocab[\"%s\"]: id %d is also used by \"%s\"", c->path, key, (int)id,
+                             t->id_to_token[id]);
         TRY(set_token(t, id, key));
     }
     /* Added tokens. */
@@ -392,7 +460,8 @@ static int parse_model(const Ctx *c, json_t *root) {
     if (!t->added_tokens) return -1;
     for (size_t i = 0; i < n_added; i++) {
         json_t *a = json_array_get(added, i);
-        char where[64]; snprintf(where, sizeof where, "added_tokens[%zu]", i);
+        char where[64];
+        snprintf(where, sizeof where, "added_tokens[%zu]", i);
         const char *content;
         AddedToken *at = &t->added_tokens[i];
         TRY(get_str(c, a, "content", where, true, &content));
@@ -415,7 +484,8 @@ static int parse_model(const Ctx *c, json_t *root) {
     if (dropout && !json_is_null(dropout) && (!json_is_number(dropout) || json_number_value(dropout) != 0.0))
         return error_set("%s: model.dropout: BPE dropout is not supported (encoding must be deterministic)", c->path);
     TRY(get_str(c, model, "continuing_subword_prefix", "model", false, &suffix));
-    if (suffix && suffix[0]) return error_set("%s: model.continuing_subword_prefix: \"%s\" is not supported", c->path, suffix);
+    if (suffix && suffix[0])
+        return error_set("%s: model.continuing_subword_prefix: \"%s\" is not supported", c->path, suffix);
     TRY(get_str(c, model, "end_of_word_suffix", "model", false, &suffix));
     if (suffix && suffix[0]) return error_set("%s: model.end_of_word_suffix: \"%s\" is not supported", c->path, suffix);
     TRY(get_bool(c, model, "byte_fallback", "model", false, &t->byte_fallback));
@@ -427,40 +497,69 @@ static int parse_model(const Ctx *c, json_t *root) {
         if (t->unk_id < 0) return error_set("%s: model.unk_token: \"%s\" is not in model.vocab", c->path, unk);
     }
     for (int b = 0; b < 256; b++) {
-        char name[8]; snprintf(name, sizeof name, "<0x%02X>", b);
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
         t->byte_fallback_ids[b] = strmap_get(&t->token_to_id, name, 6);
     }
     /* Merges: ranks in file order; both parts and their concatenation must be tokens. */
     json_t *merges = json_object_get(model, "merges");
-    if (merges && !json_is_null(merges) && !json_is_array(merges)) return error_set("%s: model.merges: expected an array", c->path);
+    if (merges && !json_is_null(merges) && !json_is_array(merges))
+        return error_set("%s: model.merges: expected an array", c->path);
     size_t n_merges = json_is_array(merges) ? json_array_size(merges) : 0;
     TRY(pairmap_init(&t->merges, n_merges));
-    char *joined = NULL; size_t joined_cap = 0;
+    char *joined = NULL;
+    size_t joined_cap = 0;
     int rc = 0;
     for (size_t i = 0; i < n_merges && rc == 0; i++) {
         json_t *m = json_array_get(merges, i);
-        const char *a, *b; size_t la, lb;
+        const char *a, *b;
+        size_t la, lb;
         if (json_is_string(m)) {
             a = json_string_value(m);
             const char *sp = strchr(a, ' ');
-            if (!sp || strchr(sp + 1, ' ') || sp == a || !sp[1]) { rc = error_set("%s: model.merges[%zu]: \"%s\" is not \"left right\"", c->path, i, a); break; }
-            la = (size_t)(sp - a); b = sp + 1; lb = strlen(b);
-        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0)); la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1)); lb = json_string_length(json_array_get(m, 1));
-        } else { rc = error_set("%s: model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]", c->path, i); break; }
+            if (!sp || strchr(sp + 1, ' ') || sp == a || !sp[1]) {
+                rc = error_set("%s: model.merges[%zu]: \"%s\" is not \"left right\"", c->path, i, a);
+                break;
+            }
+            la = (size_t)(sp - a);
+            b = sp + 1;
+            lb = strlen(b);
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0));
+            la = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1));
+            lb = json_string_length(json_array_get(m, 1));
+        } else {
+            rc = error_set("%s: model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]", c->path, i);
+            break;
+        }
         int32_t ia = strmap_get(&t->token_to_id, a, la), ib = strmap_get(&t->token_to_id, b, lb);
-        if (ia < 0) { rc = error_set("%s: model.merges[%zu]: \"%.*s\" is not in model.vocab", c->path, i, (int)la, a); break; }
-        if (ib < 0) { rc = error_set("%s: model.merges[%zu]: \"%.*s\" is not in model.vocab", c->path, i, (int)lb, b); break; }
+        if (ia < 0) {
+            rc = error_set("%s: model.merges[%zu]: \"%.*s\" is not in model.vocab", c->path, i, (int)la, a);
+            break;
+        }
+        if (ib < 0) {
+            rc = error_set("%s: model.merges[%zu]: \"%.*s\" is not in model.vocab", c->path, i, (int)lb, b);
+            break;
+        }
         if (la + lb + 1 > joined_cap) {
             joined_cap = (la + lb + 1) * 2;
             char *q = mem_realloc(joined, joined_cap);
-            if (!q) { rc = -1; break; }
+            if (!q) {
+                rc = -1;
+                break;
+            }
             joined = q;
         }
-        memcpy(joined, a, la); memcpy(joined + la, b, lb);
+        memcpy(joined, a, la);
+        memcpy(joined + la, b, lb);
         int32_t im = strmap_get(&t->token_to_id, joined, la + lb);
-        if (im < 0) { rc = error_set("%s: model.merges[%zu]: the merge result \"%.*s\" is not in model.vocab", c->path, i, (int)(la + lb), joined); break; }
+        if (im < 0) {
+            rc = error_set("%s: model.merges[%zu]: the merge result \"%.*s\" is not in model.vocab", c->path, i,
+                           (int)(la + lb), joined);
+            break;
+        }
         if (pairmap_put(&t->merges, ia, ib, (int32_t)i, im) < 0) rc = -1;
     }
     mem_free(joined);
@@ -512,13 +611,15 @@ static int parse_config(const Ctx *c, json_t *root) {
                 if (!t->chat_template) return -1;
             }
         }
-    } else if (ct && !json_is_null(ct)) return error_set("%s: chat_template: expected a string or a list of {name, template}", c->path);
+    } else if (ct && !json_is_null(ct))
+        return error_set("%s: chat_template: expected a string or a list of {name, template}", c->path);
     json_t *extra = json_object_get(root, "additional_special_tokens");
     if (json_is_array(extra)) {
         for (size_t i = 0; i < json_array_size(extra); i++) {
             json_t *v = json_array_get(extra, i);
             if (json_is_object(v)) v = json_object_get(v, "content");
-            if (!json_is_string(v)) return error_set("%s: additional_special_tokens[%zu]: expected a string", c->path, i);
+            if (!json_is_string(v))
+                return error_set("%s: additional_special_tokens[%zu]: expected a string", c->path, i);
             int32_t id = strmap_get(&t->token_to_id, json_string_value(v), json_string_length(v));
             if (id >= 0) t->special[id] = 1;
         }
@@ -548,7 +649,8 @@ static int parse_tokenizer_root(Tokenizer *t, json_t *root, const char *path) {
     if (rc < 0) return -1;
     t->byte_level = pretokenizer_has_bytelevel(t->pre_tokenizer);
     for (int b = 0; b < 256; b++) {
-        char ch[4]; int k = utf8_encode(byte_to_unicode((uint8_t)b), ch);
+        char ch[4];
+        int k = utf8_encode(byte_to_unicode((uint8_t)b), ch);
         t->byte_level_ids[b] = strmap_get(&t->token_to_id, ch, (size_t)k);
     }
     t->split_before_metaspace = !t->pre_tokenizer;
@@ -609,7 +711,10 @@ int tokenizer_load_files(Tokenizer **out, const char *tokenizer_json, const char
             json_decref(root);
         }
     }
-    if (rc < 0) { tokenizer_free(t); return -1; }
+    if (rc < 0) {
+        tokenizer_free(t);
+        return -1;
+    }
     *out = t;
     return 0;
 }
@@ -631,7 +736,8 @@ static int load_side_template(Tokenizer *t, const char *model_dir) {
         else if (!(t->chat_template = mem_strdup(json_string_value(v)))) rc = -1;
         json_decref(root);
     }
-    mem_free(jinja); mem_free(json);
+    mem_free(jinja);
+    mem_free(json);
     return rc;
 }
 
@@ -646,7 +752,8 @@ int tokenizer_load(Tokenizer **out, const char *model_dir) {
         *out = NULL;
         rc = -1;
     }
-    mem_free(json); mem_free(config);
+    mem_free(json);
+    mem_free(config);
     return rc;
 }
 
@@ -655,26 +762,45 @@ void tokenizer_free(Tokenizer *t) {
     if (t->id_to_token) for (int32_t i = 0; i < t->vocab_size; i++) mem_free(t->id_to_token[i]);
     mem_free(t->id_to_token);
     strmap_free(&t->token_to_id);
-    mem_free(t->special); mem_free(t->added);
+    mem_free(t->special);
+    mem_free(t->added);
     pairmap_free(&t->merges);
-    if (t->normalizer) { normalizer_free(t->normalizer); mem_free(t->normalizer); }
-    if (t->pre_tokenizer) { pretokenizer_free(t->pre_tokenizer); mem_free(t->pre_tokenizer); }
-    if (t->decoder) { decoder_free(t->decoder); mem_free(t->decoder); }
+    if (t->normalizer) {
+        normalizer_free(t->normalizer);
+        mem_free(t->normalizer);
+    }
+    if (t->pre_tokenizer) {
+        pretokenizer_free(t->pre_tokenizer);
+        mem_free(t->pre_tokenizer);
+    }
+    if (t->decoder) {
+        decoder_free(t->decoder);
+        mem_free(t->decoder);
+    }
     for (size_t i = 0; i < t->post.n_single; i++) mem_free(t->post.single[i].ids);
     mem_free(t->post.single);
     for (size_t i = 0; i < t->n_added; i++) mem_free(t->added_tokens[i].content);
     mem_free(t->added_tokens);
     mem_free(t->trie);
-    mem_free(t->bos_token); mem_free(t->eos_token); mem_free(t->pad_token); mem_free(t->unk_token); mem_free(t->chat_template);
-    mem_free(t->json_path); mem_free(t->config_path);
+    mem_free(t->bos_token);
+    mem_free(t->eos_token);
+    mem_free(t->pad_token);
+    mem_free(t->unk_token);
+    mem_free(t->chat_template);
+    mem_free(t->json_path);
+    mem_free(t->config_path);
     bpe_cache_free(t->cache);
     mem_free(t);
 }
 
 /* -------------------------------------------------------------- accessors */
 int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
-int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token) { return strmap_get(&t->token_to_id, token, strlen(token)); }
-const char *tokenizer_id_to_token(const Tokenizer *t, int32_t id) { return id >= 0 && id < t->vocab_size ? t->id_to_token[id] : NULL; }
+int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token) {
+    return strmap_get(&t->token_to_id, token, strlen(token));
+}
+const char *tokenizer_id_to_token(const Tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->vocab_size ? t->id_to_token[id] : NULL;
+}
 int32_t tokenizer_bos_id(const Tokenizer *t) { return t->bos_id; }
 int32_t tokenizer_eos_id(const Tokenizer *t) { return t->eos_id; }
 int32_t tokenizer_pad_id(const Tokenizer *t) { return t->pad_id >= 0 ? t->pad_id : t->eos_id; }

@@ -32,16 +32,20 @@ static int buf_add(char **b, size_t *n, size_t *cap, const char *s, size_t len) 
         while (c < *n + len + 1) c *= 2;
         char *q = mem_realloc(*b, c);
         if (!q) return -1;
-        *b = q; *cap = c;
+        *b = q;
+        *cap = c;
     }
-    memcpy(*b + *n, s, len); *n += len; (*b)[*n] = 0;
+    memcpy(*b + *n, s, len);
+    *n += len;
+    (*b)[*n] = 0;
     return 0;
 }
 
 static char *rewrite_for_js(const char *pat) {
     static const char *ci_from = "(?i:'s|'t|'re|'ve|'m|'ll|'d)";
     static const char *ci_to = "(?:'([sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))";
-    char *b = NULL; size_t n = 0, cap = 0;
+    char *b = NULL;
+    size_t n = 0, cap = 0;
     bool in_class = false;
     size_t len = strlen(pat);
     for (size_t i = 0; i < len;) {
@@ -91,7 +95,8 @@ int tok_regex_compile(TokRegex *r, const char *pattern, bool literal, const char
     memset(r, 0, sizeof *r);
     char *pat = literal ? mem_strdup(pattern) : rewrite_for_js(pattern);
     if (!pat) return -1;
-    int errcode; PCRE2_SIZE erroff;
+    int errcode;
+    PCRE2_SIZE erroff;
     /* PCRE2_LITERAL refuses PCRE2_UCP (no classes to widen anyway). */
     uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     r->code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
@@ -128,7 +133,10 @@ int tok_regex_foreach(const TokRegex *r, const char *s, size_t len,
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t a = ov[0], b = ov[1];
-        if (fn(a, b, ctx) < 0) { status = -1; break; }
+        if (fn(a, b, ctx) < 0) {
+            status = -1;
+            break;
+        }
         if (b > a) pos = b;
         else {
             /* Empty match: step over one code point, as JavaScript's matchAll with /u. */
