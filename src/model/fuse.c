@@ -37,20 +37,35 @@ int adapter_config_load(AdapterConfig *ac, const char *adapter_dir) {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     int rc = -1;
-    if (!root) { error_set("%s:%d: %s", path, jerr.line, jerr.text); goto out; }
+    if (!root) {
+        error_set("%s:%d: %s", path, jerr.line, jerr.text);
+        goto out;
+    }
     const char *type = json_string_value(json_object_get(root, "fine_tune_type"));
     if (!type || !strcmp(type, "lora")) ac->type = TUNE_LORA;
     else if (!strcmp(type, "dora")) ac->type = TUNE_DORA;
     else if (!strcmp(type, "full")) ac->type = TUNE_FULL;
-    else { error_set("%s: fine_tune_type \"%s\" is not lora, dora or full", path, type); goto out; }
+    else {
+        error_set("%s: fine_tune_type \"%s\" is not lora, dora or full", path, type);
+        goto out;
+    }
     json_t *nl = json_object_get(root, "num_layers");
     ac->num_layers = json_is_integer(nl) ? (int)json_integer_value(nl) : 16;
     json_t *lp = json_object_get(root, "lora_parameters");
     if (ac->type != TUNE_FULL) {
-        if (!json_is_object(lp)) { error_set("%s: missing field \"lora_parameters\"", path); goto out; }
+        if (!json_is_object(lp)) {
+            error_set("%s: missing field \"lora_parameters\"", path);
+            goto out;
+        }
         json_t *r = json_object_get(lp, "rank"), *s = json_object_get(lp, "scale"), *d = json_object_get(lp, "dropout");
-        if (!json_is_integer(r) || json_integer_value(r) < 1) { error_set("%s: field \"lora_parameters.rank\" must be a positive integer", path); goto out; }
-        if (!json_is_number(s)) { error_set("%s: field \"lora_parameters.scale\" must be a number", path); goto out; }
+        if (!json_is_integer(r) || json_integer_value(r) < 1) {
+            error_set("%s: field \"lora_parameters.rank\" must be a positive integer", path);
+            goto out;
+        }
+        if (!json_is_number(s)) {
+            error_set("%s: field \"lora_parameters.scale\" must be a number", path);
+            goto out;
+        }
         ac->rank = (int)json_integer_value(r);
         ac->scale = (float)json_number_value(s);
         ac->dropout = json_is_number(d) ? (float)json_number_value(d) : 0.0f;
@@ -92,7 +107,10 @@ static int find_adapter(const StFile *ad, const AdapterConfig *ac, const ModelCo
                         WeightAdapter *wa) {
     memset(wa, 0, sizeof *wa);
     wa->layer = wa->proj = -1;
-    if (ac->type == TUNE_FULL) { wa->full = st_find(ad, weight_name); return 0; }
+    if (ac->type == TUNE_FULL) {
+        wa->full = st_find(ad, weight_name);
+        return 0;
+    }
     const char *rest;
     if (parse_layer_proj(weight_name, mc->prefix, &wa->layer, &wa->proj, &rest) < 0 || strcmp(rest, "weight") != 0)
         return 0;
@@ -103,20 +121,25 @@ static int find_adapter(const StFile *ad, const AdapterConfig *ac, const ModelCo
     wa->b = st_find(ad, key);
     snprintf(key, sizeof key, "%slayers.%d.%s.m", mc->adapter_prefix, wa->layer, PROJ_KEYS[wa->proj]);
     wa->m = st_find(ad, key);
-    if (!wa->a != !wa->b) return error_set("%s/adapters.safetensors: %s has only one of lora_a and lora_b", ad->path, weight_name);
+    if (!wa->a != !wa->b)
+        return error_set("%s/adapters.safetensors: %s has only one of lora_a and lora_b", ad->path, weight_name);
     return 0;
 }
 
 /* Checks the adapter's tensors against the base weight (out, in). */
-static int check_lora_shapes(const StFile *ad, const char *wname, const WeightAdapter *wa, const AdapterConfig *ac, int64_t out, int64_t in) {
+static int check_lora_shapes(const StFile *ad, const char *wname, const WeightAdapter *wa, const AdapterConfig *ac,
+                             int64_t out, int64_t in) {
     if (wa->a->dtype != DTYPE_F32 || wa->b->dtype != DTYPE_F32)
         return error_set("%s: %s: lora_a and lora_b must be F32", ad->path, wname);
     if (wa->a->ndim != 2 || wa->a->shape[0] != in || wa->a->shape[1] != ac->rank)
-        return error_set("%s: %s.lora_a: adapter shape does not match model parameter shape (%lld, %d)", ad->path, wname, (long long)in, ac->rank);
+        return error_set("%s: %s.lora_a: adapter shape does not match model parameter shape (%lld, %d)", ad->path,
+                         wname, (long long)in, ac->rank);
     if (wa->b->ndim != 2 || wa->b->shape[0] != ac->rank || wa->b->shape[1] != out)
-        return error_set("%s: %s.lora_b: adapter shape does not match model parameter shape (%d, %lld)", ad->path, wname, ac->rank, (long long)out);
+        return error_set("%s: %s.lora_b: adapter shape does not match model parameter shape (%d, %lld)", ad->path,
+                         wname, ac->rank, (long long)out);
     if (wa->m && (wa->m->dtype != DTYPE_F32 || wa->m->ndim != 1 || wa->m->shape[0] != out))
-        return error_set("%s: %s.m: adapter shape does not match model parameter shape (%lld)", ad->path, wname, (long long)out);
+        return error_set("%s: %s.m: adapter shape does not match model parameter shape (%lld)", ad->path, wname,
+                         (long long)out);
     return 0;
 }
 
@@ -151,13 +174,18 @@ static int copy_file_if_exists(const char *src_dir, const char *dst_dir, const c
     char *src = path_join(src_dir, name), *dst = path_join(dst_dir, name);
     int rc = -1;
     if (!src || !dst) goto out;
-    if (!file_exists(src)) { rc = 0; goto out; }
-    char *buf; size_t n;
+    if (!file_exists(src)) {
+        rc = 0;
+        goto out;
+    }
+    char *buf;
+    size_t n;
     if (file_read_all(src, 0, &buf, &n) < 0) goto out;
     rc = atomic_write_file(dst, buf, n);
     mem_free(buf);
 out:
-    mem_free(src); mem_free(dst);
+    mem_free(src);
+    mem_free(dst);
     return rc;
 }
 
@@ -262,7 +290,10 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, bool dequantize, M
 
 /* The new scales and biases of a re-quantized module, found by its stem
  * when the loop reaches them. */
-typedef struct { char stem[224]; void *scales, *biases; } Requant;
+typedef struct {
+    char stem[224];
+    void *scales, *biases;
+} Requant;
 
 /* Quantized module `stem` of the base: dequantized (as MLX: the values in
  * the scales' dtype), merged with the adapter in fp32 when there is one,
@@ -390,7 +421,9 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
                 if (q == 1 && dequantize) continue;
                 q = 0;
             }
-            wt[k].name = t->name; wt[k].dtype = t->dtype; wt[k].ndim = t->ndim;
+            wt[k].name = t->name;
+            wt[k].dtype = t->dtype;
+            wt[k].ndim = t->ndim;
             memcpy(wt[k].shape, t->shape, sizeof t->shape);
             wt[k].data = t->data;
             if (q == 1 && (wa.a || wa.full || dequantize)) {
@@ -411,8 +444,10 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
                 }
                 if (wa.a) used_adapters += 2 + (wa.m != NULL);
             } else if (wa.full) {
-                if (wa.full->ndim != t->ndim || memcmp(wa.full->shape, t->shape, sizeof t->shape[0] * t->ndim))
-                    { error_set("%s: %s: shape does not match the base model", ad.path, t->name); goto out; }
+                if (wa.full->ndim != t->ndim || memcmp(wa.full->shape, t->shape, sizeof t->shape[0] * t->ndim)) {
+                    error_set("%s: %s: shape does not match the base model", ad.path, t->name);
+                    goto out;
+                }
                 float *w = mem_alloc(t->nelem * sizeof(float));
                 if (!w) goto out;
                 owned[k] = w;
@@ -420,8 +455,11 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
                 dtype_from_f32(w, t->dtype, w, t->nelem); /* in place: narrowing is safe front to back */
                 used_adapters++;
             } else if (wa.a) {
-                if (t->ndim != 2 || (t->dtype != DTYPE_F32 && t->dtype != DTYPE_BF16 && t->dtype != DTYPE_F16))
-                    { error_set("%s: %s: cannot merge into a %s tensor of rank %d", model_dir, t->name, dtype_name(t->dtype), t->ndim); goto out; }
+                if (t->ndim != 2 || (t->dtype != DTYPE_F32 && t->dtype != DTYPE_BF16 && t->dtype != DTYPE_F16)) {
+                    error_set("%s: %s: cannot merge into a %s tensor of rank %d", model_dir, t->name,
+                              dtype_name(t->dtype), t->ndim);
+                    goto out;
+                }
                 if (check_lora_shapes(&ad, t->name, &wa, &ac, t->shape[0], t->shape[1]) < 0) goto out;
                 float *w = mem_alloc(t->nelem * sizeof(float));
                 if (!w) goto out;
@@ -455,7 +493,8 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
             bool found = false;
             if (ac.type == TUNE_FULL) found = st_model_find(&base, nm) != NULL;
             else {
-                int layer, proj; const char *rest;
+                int layer, proj;
+                const char *rest;
                 if (parse_layer_proj(nm, mc->adapter_prefix, &layer, &proj, &rest) == 0 &&
                     (!strcmp(rest, "lora_a") || !strcmp(rest, "lora_b") || !strcmp(rest, "m"))) {
                     char wname[256];
@@ -463,7 +502,11 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
                     found = st_model_find(&base, wname) != NULL;
                 }
             }
-            if (!found) { error_set("Adapter at %s contains incompatible tensors:\n  %s: not an adapter parameter in the model", adapter_dir, nm); goto out; }
+            if (!found) {
+                error_set("Adapter at %s contains incompatible tensors:\n  %s: not an adapter parameter in the model",
+                          adapter_dir, nm);
+                goto out;
+            }
         }
     }
     /* Shards of at most max_shard_bytes, in the base model's tensor order. */
@@ -493,7 +536,13 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
         char *p = path_join(out_dir, fname);
-        if (!p || st_write(p, wt + start, end - start, meta_k, meta_v, 1) < 0) { mem_free(p); mem_free(shard_of); json_decref(index); json_decref(weight_map); goto out; }
+        if (!p || st_write(p, wt + start, end - start, meta_k, meta_v, 1) < 0) {
+            mem_free(p);
+            mem_free(shard_of);
+            json_decref(index);
+            json_decref(weight_map);
+            goto out;
+        }
         mem_free(p);
         for (size_t i = start; i < end; i++) json_object_set_new(weight_map, wt[i].name, json_string(fname));
         start = end;
@@ -507,18 +556,28 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
         char *text = json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS);
         char *p = path_join(out_dir, "model.safetensors.index.json");
         int wrc = text && p ? atomic_write_file(p, text, strlen(text)) : -1;
-        free(text); mem_free(p);
-        if (wrc < 0) { json_decref(index); json_decref(weight_map); goto out; }
+        free(text);
+        mem_free(p);
+        if (wrc < 0) {
+            json_decref(index);
+            json_decref(weight_map);
+            goto out;
+        }
     }
-    json_decref(index); json_decref(weight_map);
+    json_decref(index);
+    json_decref(weight_map);
     if (write_fused_config(model_dir, out_dir, dequantize && qc.present) < 0) goto out;
     static const char *copies[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                    "generation_config.json"};
-    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) if (copy_file_if_exists(model_dir, out_dir, copies[i]) < 0) goto out;
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++)
+        if (copy_file_if_exists(model_dir, out_dir, copies[i]) < 0) goto out;
     rc = 0;
 out:
     for (size_t i = 0; owned && i < n_total; i++) mem_free(owned[i]);
-    for (size_t i = 0; rq && i < n_rq; i++) { mem_free(rq[i].scales); mem_free(rq[i].biases); }
+    for (size_t i = 0; rq && i < n_rq; i++) {
+        mem_free(rq[i].scales);
+        mem_free(rq[i].biases);
+    }
     mem_free(owned);
     mem_free(wt);
     mem_free(rq);
@@ -531,12 +590,20 @@ out:
 
 /* Collects the LoRA pairs of the adapter, in layer/projection order, as
  * transposed copies in PEFT's layout: A^T (r, in) and B^T (out, r). */
-typedef struct { int layer, proj; int64_t in, out; float *a_t, *b_t; const float *m; } LoraPair;
+typedef struct {
+    int layer, proj;
+    int64_t in, out;
+    float *a_t, *b_t;
+    const float *m;
+} LoraPair;
 
 static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const ModelConfig *mc, LoraPair **out,
                          size_t *n_out, unsigned *proj_mask) {
-    *out = NULL; *n_out = 0; *proj_mask = 0;
-    if (ac->type == TUNE_FULL) return error_set("%s: a full fine-tune has no LoRA adapter to export; use lmtune fuse", ad->path);
+    *out = NULL;
+    *n_out = 0;
+    *proj_mask = 0;
+    if (ac->type == TUNE_FULL)
+        return error_set("%s: a full fine-tune has no LoRA adapter to export; use lmtune fuse", ad->path);
     LoraPair *pairs = mem_calloc(ad->n_tensors + 1, sizeof *pairs);
     if (!pairs) return -1;
     size_t n = 0;
@@ -554,34 +621,54 @@ static int collect_pairs(const StFile *ad, const AdapterConfig *ac, const ModelC
             any_layer = true;
             if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->shape[1] != ac->rank || b->shape[0] != ac->rank
                 || a->dtype != DTYPE_F32 || b->dtype != DTYPE_F32) {
-                for (size_t i = 0; i < n; i++) { mem_free(pairs[i].a_t); mem_free(pairs[i].b_t); }
+                for (size_t i = 0; i < n; i++) {
+                    mem_free(pairs[i].a_t);
+                    mem_free(pairs[i].b_t);
+                }
                 mem_free(pairs);
-                return error_set("%s: layer %d %s: lora_a/lora_b missing or not (in, %d) / (%d, out) F32", ad->path, layer, PROJ_KEYS[p], ac->rank, ac->rank);
+                return error_set("%s: layer %d %s: lora_a/lora_b missing or not (in, %d) / (%d, out) F32", ad->path,
+                                 layer, PROJ_KEYS[p], ac->rank, ac->rank);
             }
             LoraPair *lp = &pairs[n++];
-            lp->layer = layer; lp->proj = p; lp->in = a->shape[0]; lp->out = b->shape[1]; lp->m = m ? m->data : NULL;
+            lp->layer = layer;
+            lp->proj = p;
+            lp->in = a->shape[0];
+            lp->out = b->shape[1];
+            lp->m = m ? m->data : NULL;
             int r = ac->rank;
             lp->a_t = mem_alloc((size_t)r * lp->in * sizeof(float));
             lp->b_t = mem_alloc((size_t)lp->out * r * sizeof(float));
             if (!lp->a_t || !lp->b_t) return -1;
             const float *A = a->data, *B = b->data;
-            for (int64_t i = 0; i < lp->in; i++) for (int k = 0; k < r; k++) lp->a_t[(size_t)k * lp->in + i] = A[(size_t)i * r + k];
-            for (int k = 0; k < r; k++) for (int64_t o = 0; o < lp->out; o++) lp->b_t[(size_t)o * r + k] = B[(size_t)k * lp->out + o];
+            for (int64_t i = 0; i < lp->in; i++)
+                for (int k = 0; k < r; k++) lp->a_t[(size_t)k * lp->in + i] = A[(size_t)i * r + k];
+            for (int k = 0; k < r; k++)
+                for (int64_t o = 0; o < lp->out; o++) lp->b_t[(size_t)o * r + k] = B[(size_t)k * lp->out + o];
             *proj_mask |= 1u << p;
         }
         (void)any_layer;
     }
-    *out = pairs; *n_out = n;
+    *out = pairs;
+    *n_out = n;
     return 0;
 }
 
-static void free_pairs(LoraPair *p, size_t n) { for (size_t i = 0; i < n; i++) { mem_free(p[i].a_t); mem_free(p[i].b_t); } mem_free(p); }
+static void free_pairs(LoraPair *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        mem_free(p[i].a_t);
+        mem_free(p[i].b_t);
+    }
+    mem_free(p);
+}
 
 int export_peft(const char *model_dir, const char *adapter_dir, const char *out_dir) {
     AdapterConfig ac;
     StFile ad = {0};
-    LoraPair *pairs = NULL; size_t n = 0; unsigned mask;
-    StWriteTensor *wt = NULL; char (*names)[160] = NULL;
+    LoraPair *pairs = NULL;
+    size_t n = 0;
+    unsigned mask;
+    StWriteTensor *wt = NULL;
+    char(*names)[160] = NULL;
     int rc = -1;
     ModelConfig *mc = mem_alloc(sizeof *mc);
     StModel base = {0};
@@ -612,24 +699,35 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
         const LoraPair *p = &pairs[i];
         snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_A.weight", peft_prefix, p->layer,
                  PROJ_KEYS[p->proj]);
-        wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {ac.rank, p->in}, p->a_t}; k++;
+        wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {ac.rank, p->in}, p->a_t};
+        k++;
         snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_B.weight", peft_prefix, p->layer,
                  PROJ_KEYS[p->proj]);
-        wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {p->out, ac.rank}, p->b_t}; k++;
+        wt[k] = (StWriteTensor){names[k], DTYPE_F32, 2, {p->out, ac.rank}, p->b_t};
+        k++;
         if (p->m) {
             snprintf(names[k], sizeof names[k], "base_model.model.%slayers.%d.%s.lora_magnitude_vector", peft_prefix,
                      p->layer, PROJ_KEYS[p->proj]);
-            wt[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {p->out}, p->m}; k++;
+            wt[k] = (StWriteTensor){names[k], DTYPE_F32, 1, {p->out}, p->m};
+            k++;
         }
     }
     char *path = path_join(out_dir, "adapter_model.safetensors");
     const char *mk[] = {"format"}, *mv[] = {"pt"};
-    if (!path || st_write(path, wt, k, mk, mv, 1) < 0) { mem_free(path); goto out; }
+    if (!path || st_write(path, wt, k, mk, mv, 1) < 0) {
+        mem_free(path);
+        goto out;
+    }
     mem_free(path);
     json_t *cfg = json_object(), *targets = json_array(), *layers = json_array();
-    for (int p = 0; p < PROJ_COUNT; p++) if (mask & (1u << p)) json_array_append_new(targets, json_string(strchr(PROJ_KEYS[p], '.') + 1));
+    for (int p = 0; p < PROJ_COUNT; p++)
+        if (mask & (1u << p)) json_array_append_new(targets, json_string(strchr(PROJ_KEYS[p], '.') + 1));
     int last = -1;
-    for (size_t i = 0; i < n; i++) if (pairs[i].layer != last) { json_array_append_new(layers, json_integer(pairs[i].layer)); last = pairs[i].layer; }
+    for (size_t i = 0; i < n; i++)
+        if (pairs[i].layer != last) {
+            json_array_append_new(layers, json_integer(pairs[i].layer));
+            last = pairs[i].layer;
+        }
     json_object_set_new(cfg, "peft_type", json_string("LORA"));
     json_object_set_new(cfg, "task_type", json_string("CAUSAL_LM"));
     json_object_set_new(cfg, "base_model_name_or_path", json_string(model_dir));
@@ -650,11 +748,13 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
     json_decref(cfg);
     path = path_join(out_dir, "adapter_config.json");
     int wrc = text && path ? atomic_write_file(path, text, strlen(text)) : -1;
-    free(text); mem_free(path);
+    free(text);
+    mem_free(path);
     if (wrc < 0) goto out;
     rc = 0;
 out:
-    mem_free(wt); mem_free(names);
+    mem_free(wt);
+    mem_free(names);
     mem_free(mc);
     free_pairs(pairs, n);
     st_close(&ad);

@@ -183,10 +183,18 @@ static int produce_merged(void *ctx, size_t i, void *dst, size_t bytes) {
         uint8_t *y = (uint8_t *)dst + (size_t)s * out_rb;
         const float *src = x + r * cols;
         switch (mg->type) {
-        case GGML_TYPE_F32: memcpy(y, src, (size_t)cols * sizeof *src); break;
-        case GGML_TYPE_F16: dtype_from_f32(y, DTYPE_F16, src, (size_t)cols); break;
-        case GGML_TYPE_BF16: dtype_from_f32(y, DTYPE_BF16, src, (size_t)cols); break;
-        default: ggml_quantize_row_q8_0(src, y, cols); break;
+        case GGML_TYPE_F32:
+            memcpy(y, src, (size_t)cols * sizeof *src);
+            break;
+        case GGML_TYPE_F16:
+            dtype_from_f32(y, DTYPE_F16, src, (size_t)cols);
+            break;
+        case GGML_TYPE_BF16:
+            dtype_from_f32(y, DTYPE_BF16, src, (size_t)cols);
+            break;
+        default:
+            ggml_quantize_row_q8_0(src, y, cols);
+            break;
         }
     }
     mem_free(x);
