@@ -87,14 +87,7 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
     ModelConfig cfg;
     int rc = 0;
     TRY(model_config_load(r->model_dir, &cfg));   /* config.json, or a GGUF file's metadata */
-    if (cfg.q35.on) {
-        /* plan for the weights' layout as the load will see it */
-        StModel st;
-        TRY(st_model_open(&st, r->model_dir, true));
-        rc = model_tensors_resolve(&cfg, &st);
-        st_model_close(&st);
-        TRY(rc);
-    }
+    TRY(model_config_resolve(r->model_dir, &cfg));
     WeightsSummary ws;
     TRY(model_weights_summary(r->model_dir, &cfg, &ws));
     DType ft = ws.file_dtype;

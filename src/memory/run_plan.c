@@ -85,15 +85,7 @@ int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, Mod
     ModelConfig *cfg = mem_alloc(sizeof *cfg);
     TRY_PTR(cfg);
     *cfg = *in->cfg;
-    int rc = 0;
-    if (cfg->q35.on) {
-        StModel st;
-        rc = st_model_open(&st, a->model_dir, true);
-        if (rc == 0) {
-            rc = model_tensors_resolve(cfg, &st);
-            st_model_close(&st);
-        }
-    }
+    int rc = model_config_resolve(a->model_dir, cfg);
     WeightsSummary ws;
     MatmulPlan lib = {0};
     FrozenWeight *views = NULL;

@@ -88,14 +88,7 @@ int model_plan_inference(MemPlan *plan, ModelSpec *spec, const char *model_dir, 
     memset(plan, 0, sizeof *plan);
     ModelConfig cfg;
     TRY(model_config_load(model_dir, &cfg));
-    if (cfg.q35.on) {
-        /* plan for the weights' layout as the load will see it */
-        StModel st;
-        TRY(st_model_open(&st, model_dir, true));
-        int rc = model_tensors_resolve(&cfg, &st);
-        st_model_close(&st);
-        TRY(rc);
-    }
+    TRY(model_config_resolve(model_dir, &cfg));   /* plan for the weights' layout as the load will see it */
     memset(spec, 0, sizeof *spec);
     spec->type = TUNE_NONE;
     spec->num_layers = -1;

@@ -219,6 +219,11 @@ int model_preset(const char *name, ModelConfig *cfg);
 bool model_is_gguf(const char *model);
 /* config.json of a model directory, or a GGUF file's metadata. */
 int model_config_load(const char *model, ModelConfig *cfg);
+/* cfg as the load will see it: for a safetensors directory, where its
+ * weights are and in which layout (model_tensors_resolve: a multimodal
+ * checkpoint's text prefix, Qwen3.5's transformers or MLX-LM layout); a GGUF
+ * file's is complete. Every planner resolves before it plans. */
+int model_config_resolve(const char *model, ModelConfig *cfg);
 /* The model's tokenizer: DIR's tokenizer.json; for a GGUF file the
  * tokenizer.json beside it, else its metadata. */
 struct Tokenizer;

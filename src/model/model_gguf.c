@@ -41,6 +41,15 @@ int model_config_load(const char *model, ModelConfig *cfg) {
     return rc;
 }
 
+int model_config_resolve(const char *model, ModelConfig *cfg) {
+    if (model_is_gguf(model)) return 0;
+    StModel st;
+    TRY(st_model_open(&st, model, true));
+    int rc = model_tensors_resolve(cfg, &st);
+    st_model_close(&st);
+    return rc;
+}
+
 /* The directory a GGUF file is in ("." for a bare name). */
 static char *dir_of(const char *file) {
     const char *slash = strrchr(file, '/');

@@ -98,22 +98,29 @@ static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfi
     return 0;
 }
 
-int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws) {
-    if (model_is_gguf(model_dir)) return gguf_model_summary(model_dir, cfg, DTYPE_F32, ws);
+/* A model directory's quantization config and safetensors headers (both
+ * released by the caller on success). */
+static int open_stored(const char *model_dir, QuantConfig *qc, StModel *st) {
     char *cfg_path = path_join(model_dir, "config.json");
     TRY_PTR(cfg_path);
-    QuantConfig qc;
-    int rc = quant_config_load(&qc, cfg_path);
+    int rc = quant_config_load(qc, cfg_path);
     mem_free(cfg_path);
     TRY(rc);
-    StModel st;
-    if (st_model_open(&st, model_dir, true) < 0) {
-        quant_config_free(&qc);
+    if (st_model_open(st, model_dir, true) < 0) {
+        quant_config_free(qc);
         return -1;
     }
+    return 0;
+}
+
+int model_weights_summary(const char *model_dir, const ModelConfig *cfg, WeightsSummary *ws) {
+    if (model_is_gguf(model_dir)) return gguf_model_summary(model_dir, cfg, DTYPE_F32, ws);
+    QuantConfig qc;
+    StModel st;
+    TRY(open_stored(model_dir, &qc, &st));
     /* where the text weights sit (a multimodal gemma3's or a Qwen3.5 directory's prefix) */
     ModelConfig *rcfg = mem_alloc(sizeof *rcfg);
-    rc = rcfg ? 0 : -1;
+    int rc = rcfg ? 0 : -1;
     if (rc == 0) {
         *rcfg = *cfg;
         rc = model_tensors_resolve(rcfg, &st);
@@ -140,22 +147,14 @@ int model_frozen_views(const char *model_dir, const ModelConfig *cfg, DType run,
     *out = NULL;
     *n = 0;
     if (model_is_gguf(model_dir)) return gguf_frozen_views(model_dir, cfg, run, out, n);
-    char *cfg_path = path_join(model_dir, "config.json");
-    TRY_PTR(cfg_path);
     QuantConfig qc;
-    int rc = quant_config_load(&qc, cfg_path);
-    mem_free(cfg_path);
-    TRY(rc);
     StModel st;
-    if (st_model_open(&st, model_dir, true) < 0) {
-        quant_config_free(&qc);
-        return -1;
-    }
+    TRY(open_stored(model_dir, &qc, &st));
     ModelSpec none = {0};
     none.type = TUNE_NONE;
     none.weight_dtype = DTYPE_F32;
     Dims d;
-    rc = dims_init(&d, cfg, &none, DTYPE_F32);
+    int rc = dims_init(&d, cfg, &none, DTYPE_F32);
     int count = rc == 0 ? weights_matrix_count(&d) : 0;
     FrozenWeight *v = rc == 0 ? mem_calloc((size_t)count, sizeof *v) : NULL;
     if (rc == 0 && !v) rc = -1;
