@@ -275,7 +275,7 @@ static void copy_every_type(void) {
     u32(&f, 3);
     u64(&f, 1);
     u64(&f, 2 * NS + 2);
-    uint8_t val[8] = {0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x81};
+    uint8_t val[9] = {0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x81, 0x3C};   /* val + 1 is read too */
     char key[32];
     for (int i = 0; i < NS; i++) {
         size_t sz = gguf_scalar_size(scalars[i]);
