@@ -70,7 +70,7 @@ TEST_SUPPORT := $(shell find tests -name '*.c' -not -name 'test_*.c' -not -path 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The kernels with an AVX-512 variant (kernels/isa.h), compiled twice.
 ISA_SRC := src/kernels/attention.c src/kernels/lmhead_xent.c src/kernels/bf16_convert.c \
-           src/kernels/dequant_affine.c src/kernels/gemv_affine.c src/kernels/gated_delta.c
+           src/kernels/dequant_affine.c src/kernels/gemv_affine.c src/kernels/gated_delta.c src/kernels/glu.c
 ifeq ($(ISA_VARIANTS),1)
   LIB_OBJ += $(ISA_SRC:%.c=$(BUILD)/%.avx512.o)
 endif
@@ -128,8 +128,12 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) $(LDFLAGS) $(LDLIBS)
 
+# The bench programs are built (not run) by `make test` too, so that an API
+# change cannot leave them uncompilable until the next bench.
+BENCH_BIN := $(addprefix $(BUILD)/bench/,gemm_peak attn_window attn_speed decode_speed gguf_requant frozen_product)
+
 # Strict unless LMTUNE_TEST_STRICT=0: a skipped test fails `make test`.
-test: $(TEST_DEPS_STAMP) $(BUILD)/lmtune $(TEST_BIN)
+test: $(TEST_DEPS_STAMP) $(BUILD)/lmtune $(TEST_BIN) $(BENCH_BIN)
 	@LMTUNE_TEST_STRICT=$${LMTUNE_TEST_STRICT:-1} LMTUNE_BIN=$(CURDIR)/$(BUILD)/lmtune BUILD=$(BUILD) \
 	  SANITIZE=$(SANITIZE) tests/run.sh $(TEST_BIN)
 
@@ -138,6 +142,10 @@ $(BUILD)/bench/gemm_peak: bench/gemm_peak.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/attn_window: bench/attn_window.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/attn_speed: bench/attn_speed.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
@@ -153,7 +161,7 @@ $(BUILD)/bench/frozen_product: bench/frozen_product.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
-bench: lmtune $(BUILD)/bench/gemm_peak $(BUILD)/bench/decode_speed
+bench: lmtune $(BUILD)/bench/gemm_peak $(BUILD)/bench/decode_speed $(BUILD)/bench/attn_speed
 	@scripts/install-deps.sh --bench
 	GEMM_PEAK_BIN=$(CURDIR)/$(BUILD)/bench/gemm_peak bench/run.sh
 

@@ -11,6 +11,7 @@ os.makedirs(WORK, exist_ok=True)
 SHAPES = {
     "smollm2-135m": dict(preset="smollm2-135m", hidden=576, layers=30, heads=9, kv=3, inter=1536, vocab=49152, head_dim=64),
     "qwen2.5-0.5b": dict(preset="qwen2.5-0.5b", hidden=896, layers=24, heads=14, kv=2, inter=4864, vocab=151936, head_dim=64),
+    "llama-3.2-1b": dict(preset="llama-3.2-1b", hidden=2048, layers=16, heads=32, kv=8, inter=8192, vocab=128256, head_dim=64),
 }
 
 def run(cmd, env=None):
@@ -30,9 +31,13 @@ def run(cmd, env=None):
         raise SystemExit(1)
     return out, err, dt, ru.ru_maxrss * 1024
 
+def has_weights(d):
+    """A model directory that `lmtune init` or `convert` finished: one file, or shards with their index."""
+    return any(os.path.exists(os.path.join(d, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
+
 def model_dir(shape, dtype):
     d = os.path.join(WORK, f"{shape}-{dtype}")
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
+    if not has_weights(d):
         run([LMTUNE, "init", "--preset", SHAPES[shape]["preset"], "--out", d, "--dtype", dtype, "--seed", "0"])
     return d
 

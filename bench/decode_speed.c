@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     int P = argc > 2 ? atoi(argv[2]) : 16, G = argc > 3 ? atoi(argv[3]) : 32;
     Model *m;
     Arena arena;
-    if (model_open_inference(&m, &arena, argv[1], NULL, 1, 1, P + G) < 0) {
+    if (model_open_inference(&m, &arena, argv[1], NULL, 1, 1, P + G, 0) < 0) {
         fprintf(stderr, "decode_speed: %s\n", error_message());
         return 1;
     }

@@ -16,7 +16,7 @@ Usage: bench/quant.py [--runs N] [--steps N] [--only SUBSTR] [--seq N] [--cpu-ti
 Standard library only (Debian's /usr/bin/python3)."""
 import argparse, os, re, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, LMTUNE, WORK, SHAPES, run, model_dir, data_dir, median
+from common import has_weights, ROOT, LMTUNE, WORK, SHAPES, run, model_dir, data_dir, median
 
 KEYS = '["self_attn.q_proj", "self_attn.v_proj"]'
 
@@ -24,7 +24,7 @@ KEYS = '["self_attn.q_proj", "self_attn.v_proj"]'
 def quantized_dir(shape, bits):
     src = model_dir(shape, "bf16")
     d = os.path.join(WORK, f"{shape}-q{bits}")
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
+    if not has_weights(d):
         run([LMTUNE, "convert", "--hf-path", src, "--mlx-path", d, "-q", "--q-bits", str(bits),
              "--q-group-size", "64"])
     return d

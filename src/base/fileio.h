@@ -31,6 +31,10 @@ typedef struct {
 size_t file_pages_covering(ByteRange *ranges, size_t n, size_t size);
 size_t file_page_size(void);
 int file_map_keep(const MappedFile *m, ByteRange *ranges, size_t n);
+/* Drops from the resident set the pages that lie wholly inside the n bytes
+ * at p (a pointer into the mapping; nothing when it is not in it): a stream
+ * that has consumed them (convert) keeps only what it still reads. */
+int file_map_drop(const MappedFile *m, const void *p, size_t n);
 /* Reads bytes [offset, offset + n) of PATH into dst with pread: no mapping
  * is touched, so nothing of the file becomes resident. */
 int file_read_at(const char *path, size_t offset, void *dst, size_t n);

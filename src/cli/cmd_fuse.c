@@ -112,7 +112,8 @@ int cmd_fuse(int argc, char **argv) {
         die_with_error();
     }
     if (gguf_base && check_gguf_base(&a) < 0) die_with_error();
-    if (((a.export_gguf && !gguf_base) || a.export_gguf_adapter) && gguf_export_check(a.model) < 0) die_with_error();
+    bool gguf_model = a.export_gguf && !gguf_base;
+    if ((gguf_model || a.export_gguf_adapter) && gguf_export_check(a.model, gguf_model) < 0) die_with_error();
     int type = gguf_type_of(a.gguf_type);
     /* mlx_lm.fuse: save_path / gguf_path (an absolute gguf_path stands alone) */
     char *gguf_out = a.gguf_path[0] == '/' ? mem_strdup(a.gguf_path) : path_join(a.save_path, a.gguf_path);

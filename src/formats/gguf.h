@@ -117,11 +117,12 @@ typedef struct {
     int32_t i32;
     float f32;
     bool b;
-    int arr_type;             /* ARRAY: STRING, FLOAT32 or INT32 */
+    int arr_type;             /* ARRAY: STRING, FLOAT32, INT32 or BOOL */
     size_t n;                 /* ARRAY length */
     const char *const *strs;
     const float *f32s;
     const int32_t *i32s;
+    const uint8_t *bools;     /* BOOL array: one byte each, 0 or 1 */
 } GgufKVOut;
 
 /* One tensor to write: `data` already in `type` (bytes = ggml_row_bytes of

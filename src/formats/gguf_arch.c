@@ -1,7 +1,8 @@
 /* gguf_arch.c: the architecture table of GGUF files and the reading of a
  * GGUF model's metadata as a ModelConfig (see gguf_arch.h). The keys are
  * those convert_hf_to_gguf.py writes (TextModel.set_gguf_parameters) and
- * llama.cpp reads (llama-arch.cpp). */
+ * llama.cpp reads (llama-arch.cpp); the tensor names those of gguf-py's
+ * tensor_mapping.py and constants.py for each architecture. */
 #include "formats/gguf_arch.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -35,20 +36,65 @@ static const GgufNameMap DECODER_GLOBAL[] = {
     {NULL, NULL},
 };
 
+/* Gemma 2 and 3: four norms per block (stored as 1 + w: gguf_export.c, as
+ * Gemma{2,3}Model.modify_tensors adds 1). tensor_mapping.py gives
+ * post_attention_layernorm to ATTN_POST_NORM ("post_attention_norm") for
+ * these architectures, pre_feedforward_layernorm to FFN_PRE_NORM (named
+ * "ffn_norm") and post_feedforward_layernorm to FFN_POST_NORM
+ * ("post_ffw_norm"). */
+static const GgufNameMap GEMMA_BLOCK[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {NULL, NULL},
+};
+
+/* Phi-3: the fused projections keep their layout: qkv_proj is ATTN_QKV
+ * ("attn_qkv": q rows, k rows, v rows) and gate_up_proj is FFN_UP
+ * ("ffn_up", 2F rows: gate, then up; llama.cpp's LLM_FFN_SWIGLU splits it
+ * in that order). */
+static const GgufNameMap PHI3_BLOCK[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {NULL, NULL},
+};
+
 /* convert_hf_to_gguf.py: LlamaForCausalLM and MistralForCausalLM are
  * LlamaModel ("llama", permuted); Qwen2Model and Qwen3Model keep HF's row
- * order (NEOX RoPE in llama.cpp). */
+ * order (NEOX RoPE in llama.cpp). SmolLM3Model is a LlamaModel (permuted,
+ * NORM RoPE in llama.cpp); Gemma2Model, Gemma3Model and Phi3MiniModel keep
+ * HF's order (NEOX). Only the first four are read back as base models. */
 static const GgufArch ARCHS[] = {
-    {"llama", "llama", true, DECODER_BLOCK, DECODER_GLOBAL},
-    {"mistral", "llama", true, DECODER_BLOCK, DECODER_GLOBAL},
-    {"qwen2", "qwen2", false, DECODER_BLOCK, DECODER_GLOBAL},
-    {"qwen3", "qwen3", false, DECODER_BLOCK, DECODER_GLOBAL},
+    {"llama", "llama", true, true, DECODER_BLOCK, DECODER_GLOBAL},
+    {"mistral", "llama", true, true, DECODER_BLOCK, DECODER_GLOBAL},
+    {"qwen2", "qwen2", false, true, DECODER_BLOCK, DECODER_GLOBAL},
+    {"qwen3", "qwen3", false, true, DECODER_BLOCK, DECODER_GLOBAL},
+    {"gemma3_text", "gemma3", false, false, GEMMA_BLOCK, DECODER_GLOBAL},
+    {"gemma3", "gemma3", false, false, GEMMA_BLOCK, DECODER_GLOBAL},
+    {"gemma2", "gemma2", false, false, GEMMA_BLOCK, DECODER_GLOBAL},
+    {"phi3", "phi3", false, false, PHI3_BLOCK, DECODER_GLOBAL},
+    {"smollm3", "smollm3", true, false, DECODER_BLOCK, DECODER_GLOBAL},
 };
 
 const GgufArch *gguf_arch_for(const char *model_type) {
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (!strcmp(ARCHS[i].model_type, model_type)) return &ARCHS[i];
-    error_set("model_type \"%s\" has no GGUF export (supported: llama, mistral, qwen2, qwen3)", model_type);
+    error_set("model_type \"%s\" has no GGUF export (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, "
+              "gemma3, phi3, smollm3)", model_type);
     return NULL;
 }
 
@@ -71,6 +117,15 @@ int gguf_tensor_name(const GgufArch *a, const char *hf, char *out, size_t cap) {
     return -1;
 }
 
+int gguf_tensor_name_of(const GgufArch *a, const ModelConfig *c, const char *hf, char *out, size_t cap) {
+    char canon[224];
+    size_t n = strlen(c->prefix);
+    if (c->head_name[0] && !strcmp(hf, c->head_name)) snprintf(canon, sizeof canon, "lm_head.weight");
+    else if (n > 0 && !strncmp(hf, c->prefix, n)) snprintf(canon, sizeof canon, "model.%s", hf + n);
+    else snprintf(canon, sizeof canon, "%s", hf);
+    return gguf_tensor_name(a, canon, out, cap);
+}
+
 int gguf_permuted_row(int r, int D) {
     int head = r / D;
     int k = r % D;
@@ -82,8 +137,8 @@ int gguf_permuted_row(int r, int D) {
 
 const GgufArch *gguf_arch_by_name(const char *arch) {
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
-        if (!strcmp(ARCHS[i].arch, arch)) return &ARCHS[i];
-    error_set("general.architecture \"%s\" is not supported (supported: llama, qwen2, qwen3)", arch);
+        if (ARCHS[i].readable && !strcmp(ARCHS[i].arch, arch)) return &ARCHS[i];
+    error_set("general.architecture \"%s\" is not supported as a base model (supported: llama, qwen2, qwen3)", arch);
     return NULL;
 }
 

@@ -23,25 +23,34 @@ typedef struct {
      * heads) reordered from Hugging Face's rotate-half RoPE layout to GGML's
      * interleaved one, in the weights, the biases and LoRA B alike */
     bool permute_qk;
+    /* lmtune reads a GGUF file of this architecture as a base model
+     * (gguf_model_config); the others are written only */
+    bool readable;
     const GgufNameMap *block;      /* per-block tensors, NULL-terminated */
     const GgufNameMap *global;     /* model-level tensors, NULL-terminated */
 } GgufArch;
 
 /* The row for a config.json model_type, or NULL (with an error naming the
- * supported types). */
+ * supported types). Whether a model of that type fits llama.cpp's graph of
+ * the architecture (windows, NoPE layers, soft-capping) is gguf_export.c's
+ * check. */
 const GgufArch *gguf_arch_for(const char *model_type);
 
 /* The GGUF name of an HF tensor name ("model.layers.3.self_attn.q_proj.weight"
- * -> "blk.3.attn_q.weight") into out; -1 when the table has none. */
+ * -> "blk.3.attn_q.weight") into out; -1 when the table has none. Names
+ * are in the "model." layout ("lm_head.weight" for the head);
+ * gguf_tensor_name_of maps a model's own prefix (multimodal Gemma 3's
+ * "language_model.model.") to it first. */
 int gguf_tensor_name(const GgufArch *a, const char *hf_name, char *out, size_t cap);
+int gguf_tensor_name_of(const GgufArch *a, const ModelConfig *c, const char *hf_name, char *out, size_t cap);
 
 /* Row r of a permuted q (n_head heads) or k (n_kv_head heads) projection
  * output takes HF row gguf_permuted_row(r, D): within each head of D rows,
  * GGUF row 2j + t is HF row t * D/2 + j. */
 int gguf_permuted_row(int r, int D);
 
-/* The row whose general.architecture is `arch` (the first: a "llama" file
- * reads as model_type llama), or NULL with an error. */
+/* The readable row whose general.architecture is `arch` (the first: a
+ * "llama" file reads as model_type llama), or NULL with an error. */
 const GgufArch *gguf_arch_by_name(const char *arch);
 
 /* The ModelConfig of a GGUF model from its metadata and tensor shapes:

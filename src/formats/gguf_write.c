@@ -95,6 +95,7 @@ static int w_kv(FILE *f, const GgufKVOut *kv, const char *path) {
         }
         if (kv->arr_type == GGUF_TYPE_FLOAT32) return bad | w(f, kv->f32s, kv->n * 4);
         if (kv->arr_type == GGUF_TYPE_INT32) return bad | w(f, kv->i32s, kv->n * 4);
+        if (kv->arr_type == GGUF_TYPE_BOOL) return bad | w(f, kv->bools, kv->n);
         return error_set("%s: GGUF key %s: unsupported array type %d", path, kv->key, kv->arr_type);
     default:
         return error_set("%s: GGUF key %s: unsupported value type %d", path, kv->key, kv->type);

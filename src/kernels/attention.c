@@ -13,9 +13,10 @@
  * multiple of 16 are read in place, others are copied into zero-padded
  * local buffers (head dim padded to a multiple of 16, rows to 64), and keys
  * and values are transposed into local tiles where a product needs them so.
- * Every product is then one register-blocked FMA micro-kernel
- * (tile_gemm_acc) whose inner loops are 16-float vectors, whatever T and D
- * are. The exponentials go through the vectorised exp16 (vec.h).
+ * Every product is then one register-blocked FMA micro-kernel (tile_gemm,
+ * over kernels/tile_fma.h, which gated_delta.c shares) whose inner loops
+ * are 16-float vectors, whatever T and D are. The exponentials go through
+ * the vectorised exp16 (vec.h).
  *
  * Parallelism: the forward over (batch, query block, kv head, up to 4 of
  * its query heads, which share each transposed key tile); the backward over
@@ -30,11 +31,13 @@
  * need it (twice the throughput), so this file opts back in. */
 #pragma GCC optimize("fp-contract=fast")
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/ops.h"
 #include "base/error.h"
 #include "kernels/isa.h"
+#include "kernels/tile_fma.h"
 #include "kernels/vec.h"
 
 enum { TILE = 64, MAX_HEAD_DIM = 256 };
@@ -69,70 +72,22 @@ static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const f
          * AVX-512 (16 ymm registers) only the 4 x 16 loop below is used: the
          * same sums in the same order, so the same bits. */
         for (; n + 64 <= n_end; n += 64) {
-            v16 r00 = LOAD_C(c0 + n), r01 = LOAD_C(c0 + n + 16), r02 = LOAD_C(c0 + n + 32), r03 = LOAD_C(c0 + n + 48);
-            v16 r10 = LOAD_C(c1 + n), r11 = LOAD_C(c1 + n + 16), r12 = LOAD_C(c1 + n + 32), r13 = LOAD_C(c1 + n + 48);
-            v16 r20 = LOAD_C(c2 + n), r21 = LOAD_C(c2 + n + 16), r22 = LOAD_C(c2 + n + 32), r23 = LOAD_C(c2 + n + 48);
-            v16 r30 = LOAD_C(c3 + n), r31 = LOAD_C(c3 + n + 16), r32 = LOAD_C(c3 + n + 32), r33 = LOAD_C(c3 + n + 48);
-            for (int k = k_begin; k < k_end; k++) {
-                const float *b = Bm + (size_t)k * ldb + n;
-                size_t ka = (size_t)k * ak;
-                v16 b0 = load16(b), b1 = load16(b + 16), b2 = load16(b + 32), b3 = load16(b + 48);
-                /* keep the B row in registers: without this GCC folds the
-                 * loads into every FMA, 16 loads instead of 4 per k */
-                __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
-                v16 x = splat16(a0[ka]);
-                r00 += x * b0;
-                r01 += x * b1;
-                r02 += x * b2;
-                r03 += x * b3;
-                x = splat16(a1[ka]);
-                r10 += x * b0;
-                r11 += x * b1;
-                r12 += x * b2;
-                r13 += x * b3;
-                x = splat16(a2[ka]);
-                r20 += x * b0;
-                r21 += x * b1;
-                r22 += x * b2;
-                r23 += x * b3;
-                x = splat16(a3[ka]);
-                r30 += x * b0;
-                r31 += x * b1;
-                r32 += x * b2;
-                r33 += x * b3;
-            }
-            store16(c0 + n, r00);
-            store16(c0 + n + 16, r01);
-            store16(c0 + n + 32, r02);
-            store16(c0 + n + 48, r03);
-            store16(c1 + n, r10);
-            store16(c1 + n + 16, r11);
-            store16(c1 + n + 32, r12);
-            store16(c1 + n + 48, r13);
-            store16(c2 + n, r20);
-            store16(c2 + n + 16, r21);
-            store16(c2 + n + 32, r22);
-            store16(c2 + n + 48, r23);
-            store16(c3 + n, r30);
-            store16(c3 + n + 16, r31);
-            store16(c3 + n + 32, r32);
-            store16(c3 + n + 48, r33);
+            float *c[4] = {c0 + n, c1 + n, c2 + n, c3 + n};
+            v16 r[4][4];
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++) r[x][y] = LOAD_C(c[x] + 16 * y);
+            tile_fma_4x64(r, a0, a1, a2, a3, (size_t)ak, Bm + n, (size_t)ldb, k_begin, k_end);
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++) store16(c[x] + 16 * y, r[x][y]);
         }
 #endif
         for (; n < n_end; n += 16) {
-            v16 r0 = LOAD_C(c0 + n), r1 = LOAD_C(c1 + n), r2 = LOAD_C(c2 + n), r3 = LOAD_C(c3 + n);
-            for (int k = k_begin; k < k_end; k++) {
-                v16 b = load16(Bm + (size_t)k * ldb + n);
-                size_t ka = (size_t)k * ak;
-                r0 += splat16(a0[ka]) * b;
-                r1 += splat16(a1[ka]) * b;
-                r2 += splat16(a2[ka]) * b;
-                r3 += splat16(a3[ka]) * b;
-            }
-            store16(c0 + n, r0);
-            store16(c1 + n, r1);
-            store16(c2 + n, r2);
-            store16(c3 + n, r3);
+            v16 r[4] = {LOAD_C(c0 + n), LOAD_C(c1 + n), LOAD_C(c2 + n), LOAD_C(c3 + n)};
+            tile_fma_4x16(r, a0, a1, a2, a3, (size_t)ak, Bm + n, (size_t)ldb, k_begin, k_end);
+            store16(c0 + n, r[0]);
+            store16(c1 + n, r[1]);
+            store16(c2 + n, r[2]);
+            store16(c3 + n, r[3]);
         }
         #undef LOAD_C
         if (set)
@@ -147,6 +102,153 @@ static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const f
 static void tile_gemm_acc(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
                           int M, int K, int N, int tri) {
     tile_gemm(C, ldc, A, ai, ak, Bm, ldb, M, K, N, tri, 0);
+}
+
+/* ------------------------------------------------ bf16 tile products
+ * With AVX512_BF16 and AttnParams.bf16 (the run's frozen products are bf16)
+ * every product runs as vdpbf16ps: operands rounded to bf16 (to nearest
+ * even), pairs of terms multiplied and summed in fp32, twice the FMA's
+ * throughput. Scores, softmax, log-sum-exp and every accumulator stay fp32.
+ * Operands are 32-bit words holding two bf16 of consecutive k (low half the
+ * even k). Two packings serve every product:
+ *   bf16_rows:  a row-major fp32 matrix, pairs along its rows (an A operand
+ *               with k along the row: word (i, kp) at i * (K / 2) + kp);
+ *   bf16_pairs: rows 2 kp and 2 kp + 1 interleaved column by column (a B
+ *               operand, word (kp, n) at kp * N + n, and also a transposed
+ *               A operand: element (i, kp) at kp * N + i, ai = 1).
+ * Compiled in the AVX-512 variant only, with the avx512bf16 target on these
+ * functions alone; attention_bf16_supported() is the CPUID check. Head dims
+ * that are not a multiple of 32 keep fp32 products. */
+#if defined(__AVX512F__) && defined(__x86_64__)
+#include <immintrin.h>
+#define LT_ATTN_BF16 1
+#define BF16_FN static __attribute__((target("avx512bf16")))
+
+/* dst (rows, cols / 2 words, row stride ldd words) = src rounded to bf16;
+ * cols a multiple of 32 */
+BF16_FN void bf16_rows(uint32_t *dst, int ldd, const float *src, size_t lds, int rows, int cols) {
+    for (int i = 0; i < rows; i++) {
+        const float *sr = src + (size_t)i * lds;
+        uint32_t *d = dst + (size_t)i * ldd;
+        for (int j = 0; j < cols; j += 32) {
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(sr + j + 16), _mm512_loadu_ps(sr + j));
+            _mm512_storeu_si512(d + j / 2, (__m512i)v);
+        }
+    }
+}
+
+/* dst (K / 2, n words, row stride ldd) = rows 2 kp, 2 kp + 1 of src (K rows,
+ * stride lds) rounded to bf16 and interleaved; K even, n a multiple of 16 */
+BF16_FN void bf16_pairs(uint32_t *dst, int ldd, const float *src, size_t lds, int K, int n) {
+    const __m512i mix = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int kp = 0; kp < K / 2; kp++) {
+        const float *r0 = src + (size_t)(2 * kp) * lds, *r1 = r0 + lds;
+        uint32_t *d = dst + (size_t)kp * ldd;
+        for (int j = 0; j < n; j += 16) {
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(r1 + j), _mm512_loadu_ps(r0 + j));
+            _mm512_storeu_si512(d + j, _mm512_permutexvar_epi16(mix, (__m512i)v));
+        }
+    }
+}
+
+/* tile_gemm in bf16: C (M, N) (+)= A (M, K) B (K, N), K = 2 K2; word (i, kp)
+ * of A at A[i*ai + kp*ak], word (kp, n) of B at Bp[kp*ldb + n]; tri and set
+ * as tile_gemm's (the triangle bounds fall on even k: rows come in fours). */
+static __attribute__((target("avx512bf16"))) void tile_gemm_bf16(float *C, int ldc, const uint32_t *A, int ai,
+                                                                   int ak, const uint32_t *Bp, int ldb, int M,
+                                                                   int K2, int N, int tri, int set) {
+    for (int i = 0; i < M; i += 4) {
+        const uint32_t *a0 = A + (size_t)i * ai, *a1 = a0 + ai, *a2 = a1 + ai, *a3 = a2 + ai;
+        float *c0 = C + (size_t)i * ldc;
+        int n_end = N, k_begin = 0, k_end = K2;
+        if (tri == TRI_C_LOWER && ((i + 4 + 15) & ~15) < N) n_end = (i + 4 + 15) & ~15;
+        if (tri == TRI_A_LOWER && (i + 4) / 2 < K2) k_end = (i + 4) / 2;
+        if (tri == TRI_A_UPPER) k_begin = i / 2 < K2 ? i / 2 : K2;
+        int n = 0;
+        for (; n + 64 <= n_end; n += 64) {
+            __m512 r[4][4];
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++)
+                    r[x][y] = set ? _mm512_setzero_ps() : _mm512_loadu_ps(c0 + (size_t)x * ldc + n + 16 * y);
+            __m512 r00 = r[0][0], r01 = r[0][1], r02 = r[0][2], r03 = r[0][3];
+            __m512 r10 = r[1][0], r11 = r[1][1], r12 = r[1][2], r13 = r[1][3];
+            __m512 r20 = r[2][0], r21 = r[2][1], r22 = r[2][2], r23 = r[2][3];
+            __m512 r30 = r[3][0], r31 = r[3][1], r32 = r[3][2], r33 = r[3][3];
+            for (int kp = k_begin; kp < k_end; kp++) {
+                const uint32_t *b = Bp + (size_t)kp * ldb + n;
+                size_t ka = (size_t)kp * ak;
+                __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 16);
+                __m512i b2 = _mm512_loadu_si512(b + 32), b3 = _mm512_loadu_si512(b + 48);
+                __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3)); /* as in tile_fma_4x64 */
+                __m512bh x = (__m512bh)_mm512_set1_epi32((int)a0[ka]);
+                r00 = _mm512_dpbf16_ps(r00, x, (__m512bh)b0);
+                r01 = _mm512_dpbf16_ps(r01, x, (__m512bh)b1);
+                r02 = _mm512_dpbf16_ps(r02, x, (__m512bh)b2);
+                r03 = _mm512_dpbf16_ps(r03, x, (__m512bh)b3);
+                x = (__m512bh)_mm512_set1_epi32((int)a1[ka]);
+                r10 = _mm512_dpbf16_ps(r10, x, (__m512bh)b0);
+                r11 = _mm512_dpbf16_ps(r11, x, (__m512bh)b1);
+                r12 = _mm512_dpbf16_ps(r12, x, (__m512bh)b2);
+                r13 = _mm512_dpbf16_ps(r13, x, (__m512bh)b3);
+                x = (__m512bh)_mm512_set1_epi32((int)a2[ka]);
+                r20 = _mm512_dpbf16_ps(r20, x, (__m512bh)b0);
+                r21 = _mm512_dpbf16_ps(r21, x, (__m512bh)b1);
+                r22 = _mm512_dpbf16_ps(r22, x, (__m512bh)b2);
+                r23 = _mm512_dpbf16_ps(r23, x, (__m512bh)b3);
+                x = (__m512bh)_mm512_set1_epi32((int)a3[ka]);
+                r30 = _mm512_dpbf16_ps(r30, x, (__m512bh)b0);
+                r31 = _mm512_dpbf16_ps(r31, x, (__m512bh)b1);
+                r32 = _mm512_dpbf16_ps(r32, x, (__m512bh)b2);
+                r33 = _mm512_dpbf16_ps(r33, x, (__m512bh)b3);
+            }
+            __m512 o[4][4] = {{r00, r01, r02, r03}, {r10, r11, r12, r13}, {r20, r21, r22, r23},
+                              {r30, r31, r32, r33}};
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++) _mm512_storeu_ps(c0 + (size_t)x * ldc + n + 16 * y, o[x][y]);
+        }
+        for (; n < n_end; n += 16) {
+            __m512 r0 = set ? _mm512_setzero_ps() : _mm512_loadu_ps(c0 + n);
+            __m512 r1 = set ? _mm512_setzero_ps() : _mm512_loadu_ps(c0 + ldc + n);
+            __m512 r2 = set ? _mm512_setzero_ps() : _mm512_loadu_ps(c0 + 2 * (size_t)ldc + n);
+            __m512 r3 = set ? _mm512_setzero_ps() : _mm512_loadu_ps(c0 + 3 * (size_t)ldc + n);
+            for (int kp = k_begin; kp < k_end; kp++) {
+                __m512bh b = (__m512bh)_mm512_loadu_si512(Bp + (size_t)kp * ldb + n);
+                size_t ka = (size_t)kp * ak;
+                r0 = _mm512_dpbf16_ps(r0, (__m512bh)_mm512_set1_epi32((int)a0[ka]), b);
+                r1 = _mm512_dpbf16_ps(r1, (__m512bh)_mm512_set1_epi32((int)a1[ka]), b);
+                r2 = _mm512_dpbf16_ps(r2, (__m512bh)_mm512_set1_epi32((int)a2[ka]), b);
+                r3 = _mm512_dpbf16_ps(r3, (__m512bh)_mm512_set1_epi32((int)a3[ka]), b);
+            }
+            _mm512_storeu_ps(c0 + n, r0);
+            _mm512_storeu_ps(c0 + ldc + n, r1);
+            _mm512_storeu_ps(c0 + 2 * (size_t)ldc + n, r2);
+            _mm512_storeu_ps(c0 + 3 * (size_t)ldc + n, r3);
+        }
+        if (set)
+            for (; n < N; n += 16)
+                for (int x = 0; x < 4; x++) _mm512_storeu_ps(c0 + (size_t)x * ldc + n, _mm512_setzero_ps());
+    }
+}
+#else
+#define LT_ATTN_BF16 0
+/* never called: the portable variant has no bf16 products */
+static void bf16_rows(uint32_t *dst, int ldd, const float *src, size_t lds, int rows, int cols) {
+    (void)dst, (void)ldd, (void)src, (void)lds, (void)rows, (void)cols;
+}
+static void bf16_pairs(uint32_t *dst, int ldd, const float *src, size_t lds, int K, int n) {
+    (void)dst, (void)ldd, (void)src, (void)lds, (void)K, (void)n;
+}
+static void tile_gemm_bf16(float *C, int ldc, const uint32_t *A, int ai, int ak, const uint32_t *Bp, int ldb, int M,
+                           int K2, int N, int tri, int set) {
+    (void)C, (void)ldc, (void)A, (void)ai, (void)ak, (void)Bp, (void)ldb, (void)M, (void)K2, (void)N, (void)tri,
+        (void)set;
+}
+#endif
+
+/* Whether this call's products run in bf16. */
+static bool use_bf16(const AttnParams *ap, int D) {
+    return LT_ATTN_BF16 && ap->bf16 && D % 32 == 0 && attention_bf16_supported();
 }
 
 /* Local copies of tiles: rows [r0, r0+rows) of a (T, heads, D) tensor's
@@ -244,6 +346,89 @@ VEC_INLINE v16 max16(v16 a, v16 b) {
     return (v16)(((v16i)a & gt) | ((v16i)b & ~gt));
 }
 
+/* The forward's online softmax of one (TILE, TILE) score tile S in the bf16
+ * path: P = exp(scale S - m) into Pb as bf16 rows (the next product's A
+ * operand), m and l updated, O's rows rescaled when their maximum moved.
+ * The fp32 path's loop in attention_forward does the same with P kept in
+ * fp32 and its own summation order; here each row's scores stay in
+ * registers between the two passes and the lane reductions are vector
+ * ones. */
+#if LT_ATTN_BF16
+/* 2^t for 16 lanes, relative error < 3e-6 (degree-5 Taylor series of 2^f on
+ * [-1/2, 1/2], f = t - round(t), and vscalefps for 2^round(t)): far inside
+ * the bf16 rounding of the probabilities it feeds (2^-9), at half the
+ * operations of exp16. -inf gives a subnormal, masked by the caller. */
+BF16_FN __m512 exp2_bf16path(__m512 t) {
+    t = _mm512_max_ps(t, _mm512_set1_ps(-127.0f));
+    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.3333558e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+BF16_FN void softmax_tile_bf16(uint32_t *Pb, const float *S, float *m, float *l, float *O, int Dp, int qrows, int q0,
+                               int k0, int krows, int window, float scale, float cap) {
+    for (int i = 0; i < qrows; i++) {
+        const float *s = S + (size_t)i * TILE;
+        uint32_t *pb = Pb + (size_t)i * (TILE / 2);
+        int lo, hi;
+        visible_range(q0 + i, k0, krows, window, &lo, &hi);
+        v16 z[TILE / 16], mv = splat16(-INFINITY), sc = splat16(scale);
+        for (int j = 0; j < TILE / 16; j++) {
+            v16 t = load16(s + 16 * j) * sc;
+            if (cap > 0.0f) t = splat16(cap) * tanh16(t / splat16(cap));
+            if (16 * j < lo || 16 * j + 16 > hi) t = keep_range16(t, 16 * j, lo, hi, -INFINITY);
+            z[j] = t;
+            mv = max16(mv, t);
+        }
+        float mold = m[i], mx = _mm512_reduce_max_ps((__m512)mv);
+        mx = mx > mold ? mx : mold;
+        if (mx == -INFINITY) { /* no visible key for this row yet */
+            memset(pb, 0, TILE / 2 * sizeof *pb);
+            continue;
+        }
+        const __m512 l2e = _mm512_set1_ps(1.44269504f), ml2e = _mm512_set1_ps(-mx * 1.44269504f);
+        v16 sum = splat16(0.0f);
+        for (int j = 0; j < TILE / 16; j += 2) { /* e^(z - mx) = 2^(z log2 e - mx log2 e) */
+            v16 p0 = (v16)exp2_bf16path(_mm512_fmadd_ps((__m512)z[j], l2e, ml2e));
+            v16 p1 = (v16)exp2_bf16path(_mm512_fmadd_ps((__m512)z[j + 1], l2e, ml2e));
+            if (16 * j < lo || 16 * j + 16 > hi) p0 = keep_range16(p0, 16 * j, lo, hi, 0.0f);
+            if (16 * j + 16 < lo || 16 * j + 32 > hi) p1 = keep_range16(p1, 16 * j + 16, lo, hi, 0.0f);
+            sum += p0 + p1;
+            _mm512_storeu_si512(pb + 8 * j, (__m512i)_mm512_cvtne2ps_pbh((__m512)p1, (__m512)p0));
+        }
+        float ssum = _mm512_reduce_add_ps((__m512)sum);
+        if (mx != mold) { /* the row's maximum moved: rescale what was summed so far */
+            float corr = expf(mold - mx); /* 0 on the row's first visible tile */
+            l[i] = l[i] * corr + ssum;
+            float *o = O + (size_t)i * Dp;
+            v16 c16 = splat16(corr);
+            for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
+        } else {
+            l[i] += ssum;
+        }
+        m[i] = mx;
+    }
+    memset(Pb + (size_t)qrows * (TILE / 2), 0, (size_t)(TILE - qrows) * (TILE / 2) * sizeof *Pb);
+}
+
+/* Kp (Dp / 2 words, TILE) = k^T as pairs along the head dim: the bf16 rows
+ * of the key tile (rows, stride lds) transposed as 32-bit words; Kw is
+ * (TILE, Dp / 2) words of scratch. */
+static void pack_kt_bf16(uint32_t *Kp, uint32_t *Kw, const float *K, size_t lds, int Dp) {
+    int Dw = Dp / 2;
+    bf16_rows(Kw, Dw, K, lds, TILE, Dp);
+    for (int i = 0; i < TILE; i += 16)
+        for (int j = 0; j < Dw; j += 16)
+            transpose16((float *)Kp + (size_t)j * TILE + i, TILE, (const float *)Kw + (size_t)i * Dw + j, (size_t)Dw);
+}
+#endif
+
 static int pad16(int D) { return (D + 15) & ~15; }
 
 static void check_dims(int H, int KVH, int D, const char *who) {
@@ -268,11 +453,17 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
     const int hgroups = (group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     const float scale = ap->scale, cap = ap->softcap;
     const int window = ap->window;
+    const bool bf = use_bf16(ap, D);
+    const int Dw = Dp / 2; /* 32-bit words of a bf16 row of head dim */
     #pragma omp parallel
     {
-        float Kt[Dp * TILE], Vbuf[TILE * Dp], Qbuf[HEADS_PER_TASK][TILE * Dp], O[HEADS_PER_TASK][TILE * Dp];
+        float Kt[Dp * TILE], Vbuf[TILE * Dp], Qbuf[bf ? 1 : HEADS_PER_TASK][TILE * Dp], O[HEADS_PER_TASK][TILE * Dp];
         float S[TILE * TILE] __attribute__((aligned(64)));
         float m[HEADS_PER_TASK][TILE], l[HEADS_PER_TASK][TILE];
+        /* bf16 operands: q rows, k^T and v as pairs, the probabilities */
+        uint32_t Qb[bf ? HEADS_PER_TASK : 1][bf ? TILE * Dw : 1], Kp[bf ? Dw * TILE : 1], Vp[bf ? TILE / 2 * Dp : 1];
+        uint32_t Pb[bf ? TILE * TILE / 2 : 1], Kw[bf ? TILE * Dw : 1];
+        (void)Kp, (void)Vp, (void)Pb, (void)Kw; /* unused in the portable variant */
         #pragma omp for collapse(3) schedule(dynamic, 1)
         for (int qbr = 0; qbr < qblocks; qbr++)
             for (int b = 0; b < B; b++)
@@ -284,7 +475,8 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                     const float *qv[HEADS_PER_TASK];
                     int ldq[HEADS_PER_TASK];
                     for (int x = 0; x < nh; x++) {
-                        qv[x] = tile_view(Qbuf[x], &ldq[x], Dp, q, b, q0, qrows, T, H, h0 + x, D);
+                        qv[x] = tile_view(Qbuf[bf ? 0 : x], &ldq[x], Dp, q, b, q0, qrows, T, H, h0 + x, D);
+                        if (bf) bf16_rows(Qb[x], Dw, qv[x], (size_t)ldq[x], TILE, Dp);
                         memset(O[x], 0, sizeof O[x]);
                         for (int i = 0; i < TILE; i++) {
                             m[x][i] = -INFINITY;
@@ -293,9 +485,29 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                     }
                     for (int kb = first_key_block(q0, window); kb <= qb; kb++) {
                         int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv, diag = kb == qb;
-                        load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                         const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
+                        if (bf) {
+#if LT_ATTN_BF16
+                            int ldk;
+                            const float *ks = tile_view(Kt, &ldk, Dp, k, b, k0, krows, T, KVH, kvh, D);
+                            pack_kt_bf16(Kp, Kw, ks, (size_t)ldk, Dp);
+                            bf16_pairs(Vp, Dp, vv, (size_t)ldv, TILE, Dp);
+#endif
+                        } else {
+                            load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
+                        }
                         for (int x = 0; x < nh; x++) {
+                            if (bf) {
+#if LT_ATTN_BF16
+                                tile_gemm_bf16(S, TILE, Qb[x], Dw, 1, Kp, TILE, TILE, Dw, TILE,
+                                               diag ? TRI_C_LOWER : TRI_NONE, 1);
+                                softmax_tile_bf16(Pb, S, m[x], l[x], O[x], Dp, qrows, q0, k0, krows, window, scale,
+                                                  cap);
+                                tile_gemm_bf16(O[x], Dp, Pb, TILE / 2, 1, Vp, Dp, TILE, TILE / 2, Dp,
+                                               diag ? TRI_A_LOWER : TRI_NONE, 0);
+#endif
+                                continue;
+                            }
                             tile_gemm(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE,
                                       diag ? TRI_C_LOWER : TRI_NONE, 1);
                             for (int i = 0; i < qrows; i++) {
@@ -350,11 +562,18 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
 }
 
 #ifndef LT_ISA_AVX512 /* once, in the baseline object */
-size_t attention_stack_bytes(int D) {
-    /* the tile arrays of attention_forward's and attention_backward's tasks */
+size_t attention_stack_bytes(int D, bool bf16) {
+    /* the tile arrays of attention_forward's and attention_backward's tasks
+     * (4-byte floats and words); bf16 products (head dims a multiple of 32)
+     * keep one q tile in fp32 and add their bf16 operands */
     size_t Dp = (size_t)pad16(D);
     size_t fwd = 2 * TILE * Dp + 2 * HEADS_PER_TASK * TILE * Dp + TILE * TILE + 2 * HEADS_PER_TASK * TILE;
     size_t bwd = 8 * TILE * Dp + 2 * TILE * TILE;
+    if (bf16 && D % 32 == 0) {
+        fwd = 3 * TILE * Dp + HEADS_PER_TASK * TILE * Dp + TILE * TILE + 2 * HEADS_PER_TASK * TILE +
+              HEADS_PER_TASK * TILE * Dp / 2 + TILE * Dp + TILE * TILE / 2 + TILE * Dp / 2;
+        bwd += 7 * TILE * Dp / 2 + 3 * TILE * TILE / 2;
+    }
     return (fwd > bwd ? fwd : bwd) * sizeof(float);
 }
 
@@ -372,6 +591,8 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
     const int Dp = pad16(D), group = H / KVH, blocks = (T + TILE - 1) / TILE;
     const float scale = ap->scale, cap = ap->softcap;
     const int window = ap->window;
+    const bool bf = use_bf16(ap, D);
+    const int Dw = Dp / 2, Tb = bf ? TILE * Dp / 2 : 1, Pw = bf ? TILE * TILE / 2 : 1;
     float *rowdot = workspace; /* (B, H, T): D_i = sum_d dout_i * out_i */
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * H * D > 32768)
     for (int b = 0; b < B; b++)
@@ -389,6 +610,9 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
         float dKs[TILE * Dp], dVs[TILE * Dp], dQs[TILE * Dp];
         float P[TILE * TILE] __attribute__((aligned(64))), dS[TILE * TILE] __attribute__((aligned(64)));
         float Th[cap > 0.0f ? TILE * TILE : 1] __attribute__((aligned(64))); /* tanh of the capped scores */
+        /* bf16 operands (Tb, Pw words each): k^T, k, v^T as pairs; q and dO as rows and as pairs; P^T, dS and
+         * dS^T */
+        uint32_t Kp[Tb], Kpk[Tb], Vtp[Tb], Qb[Tb], Qp[Tb], dOb[Tb], dOp[Tb], Pp[Pw], dSb[Pw], dSp[Pw];
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kvh = 0; kvh < KVH; kvh++)
@@ -398,6 +622,11 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                     const float *Ks = tile_view(Kbuf, &ldk, Dp, k, b, k0, krows, T, KVH, kvh, D);
                     load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
                     load_tile_t(Vt, Dp, v, b, k0, krows, T, KVH, kvh, D);
+                    if (bf) {
+                        bf16_pairs(Kp, TILE, Kt, TILE, Dp, TILE);
+                        bf16_pairs(Kpk, Dp, Ks, (size_t)ldk, TILE, Dp);
+                        bf16_pairs(Vtp, TILE, Vt, TILE, Dp, TILE);
+                    }
                     memset(dKs, 0, sizeof dKs);
                     memset(dVs, 0, sizeof dVs);
                     /* the last query that sees a key of this tile */
@@ -411,7 +640,17 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                             const float *lse_row = lse + ((size_t)b * H + h) * T + q0;
                             const float *dot_row = rowdot + ((size_t)b * H + h) * T + q0;
                             /* P = exp(scale q k^T - lse), zero where hidden or padded */
-                            tile_gemm(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            if (bf) {
+                                bf16_rows(Qb, Dw, Qs, (size_t)ldq, TILE, Dp);
+                                bf16_pairs(Qp, Dp, Qs, (size_t)ldq, TILE, Dp);
+                                bf16_rows(dOb, Dw, dOs, (size_t)ldo, TILE, Dp);
+                                bf16_pairs(dOp, Dp, dOs, (size_t)ldo, TILE, Dp);
+                                tile_gemm_bf16(P, TILE, Qb, Dw, 1, Kp, TILE, TILE, Dw, TILE,
+                                               diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            } else {
+                                tile_gemm(P, TILE, Qs, ldq, 1, Kt, TILE, TILE, Dp, TILE, diag ? TRI_C_LOWER : TRI_NONE,
+                                          1);
+                            }
                             for (int i = 0; i < TILE; i++) {
                                 float *p = P + (size_t)i * TILE;
                                 int lo = 0, hi = 0;
@@ -429,11 +668,20 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                                     store16(p + j, e);
                                 }
                             }
-                            /* dV += P^T dO */
-                            tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp, diag ? TRI_A_UPPER : TRI_NONE);
-                            /* dP = dO V^T; dS = P (dP - D_i) * scale */
-                            tile_gemm(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE,
-                                      diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            /* dV += P^T dO; dP = dO V^T */
+                            if (bf) {
+                                bf16_pairs(Pp, TILE, P, TILE, TILE, TILE);
+                                tile_gemm_bf16(dVs, Dp, Pp, 1, TILE, dOp, Dp, TILE, TILE / 2, Dp,
+                                               diag ? TRI_A_UPPER : TRI_NONE, 0);
+                                tile_gemm_bf16(dS, TILE, dOb, Dw, 1, Vtp, TILE, TILE, Dw, TILE,
+                                               diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            } else {
+                                tile_gemm_acc(dVs, Dp, P, 1, TILE, dOs, ldo, TILE, TILE, Dp,
+                                              diag ? TRI_A_UPPER : TRI_NONE);
+                                tile_gemm(dS, TILE, dOs, ldo, 1, Vt, TILE, TILE, Dp, TILE,
+                                          diag ? TRI_C_LOWER : TRI_NONE, 1);
+                            }
+                            /* dS = P (dP - D_i) * scale */
                             for (int i = 0; i < TILE; i++) {
                                 float *ds = dS + (size_t)i * TILE;
                                 const float *p = P + (size_t)i * TILE;
@@ -452,6 +700,26 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                             }
                             /* dQ += dS K, added to this head's rows (only this task writes them) */
                             float *dq_tile = dq + (((size_t)b * T + q0) * H + h) * D;
+                            if (bf) {
+                                bf16_rows(dSb, TILE / 2, dS, TILE, TILE, TILE);
+                                bf16_pairs(dSp, TILE, dS, TILE, TILE, TILE);
+                                float *dst = dq_tile;
+                                int ldd = H * D;
+                                if (qrows < TILE) { /* D == Dp here */
+                                    memset(dQs, 0, sizeof dQs);
+                                    dst = dQs, ldd = Dp;
+                                }
+                                tile_gemm_bf16(dst, ldd, dSb, TILE / 2, 1, Kpk, Dp, TILE, TILE / 2, Dp,
+                                               diag ? TRI_A_LOWER : TRI_NONE, 0);
+                                if (dst == dQs)
+                                    for (int i = 0; i < qrows; i++)
+                                        for (int d = 0; d < D; d++)
+                                            dq_tile[(size_t)i * H * D + d] += dQs[(size_t)i * Dp + d];
+                                /* dK += dS^T Q */
+                                tile_gemm_bf16(dKs, Dp, dSp, 1, TILE, Qp, Dp, TILE, TILE / 2, Dp,
+                                               diag ? TRI_A_UPPER : TRI_NONE, 0);
+                                continue;
+                            }
                             if (qrows == TILE && D == Dp) {
                                 tile_gemm_acc(dq_tile, H * D, dS, TILE, 1, Ks, ldk, TILE, TILE, Dp,
                                               diag ? TRI_A_LOWER : TRI_NONE);

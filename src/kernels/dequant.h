@@ -46,6 +46,15 @@ void affine_gemv(float *y, size_t ldy, const float *x, const uint8_t *packed, si
                  const void *scales, const void *biases, DType t, int bits, int group,
                  int rows, int cols, const float *bias, int N);
 
+/* y (N, rows) = x (N, cols) W^T (+ bias) for a few rows of x and W plain
+ * bf16 (rows, cols), widening each weight in registers: decoding reads
+ * every weight once per token, so this runs at memory speed (oneDNN's bf16
+ * product of one row by the matrix ran at 3-4 GB/s). The input is x (fp32)
+ * or, for a bf16 product, x16 (the input rounded to bf16): exactly one of
+ * the two. y rows are ldy apart. Sums in a fixed order. */
+void bf16_gemv(float *y, size_t ldy, const float *x, const uint16_t *x16, const void *w, int rows, int cols,
+               const float *bias, int N);
+
 /* MLX's affine_quantize of rows (rows, cols) of src (dtype t: F32, BF16 or
  * F16) into packed codes (rows * cols * bits / 8 bytes) and scales and
  * biases (rows, cols / group) of dtype t, as MLX's GPU kernels (Metal and

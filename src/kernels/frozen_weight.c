@@ -195,35 +195,17 @@ static void expand_cols_par(const FrozenWeight *w, int c0, int nc, DType out, vo
         fw_expand(w, r, 1, c0, nc, out, (char *)dst + (size_t)r * nc * eo, (size_t)nc);
 }
 
-/* out (N, rows) = x (N, cols) W^T (+ bias) for a few rows of x and W plain
- * bf16, widening each weight in registers (decoding in fp32 products: no
- * panel of the whole matrix per token). Sums in a fixed order. */
-static void plain_gemv_bf16(float *out, const float *x, const FrozenWeight *w, const float *bias, int N) {
-    int rows = w->rows, cols = w->cols;
-    #pragma omp parallel for schedule(static) if ((size_t)rows * cols > 65536)
-    for (int o = 0; o < rows; o++) {
-        const uint16_t *wr = (const uint16_t *)w->data + (size_t)o * cols;
-        for (int n = 0; n < N; n++) {
-            const float *xr = x + (size_t)n * cols;
-            v16 acc = splat16(0.0f);
-            int c = 0;
-            for (; c + 16 <= cols; c += 16) {
-                v16w h = __builtin_convertvector(*(const v16hu *)(wr + c), v16w) << 16;
-                acc += (v16)h * load16(xr + c);
-            }
-            float sum = 0.0f;
-            for (int t = 0; t < 16; t++) sum += acc[t];
-            for (; c < cols; c++) sum += bf16_to_f32(wr[c]) * xr[c];
-            out[(size_t)n * rows + o] = sum + (bias ? bias[o] : 0.0f);
-        }
-    }
-}
-
 void fw_linear_forward(float *out, const float *x, const uint16_t *x16, const FrozenWeight *w,
                        const float *bias, int N) {
     int rows = w->rows, cols = w->cols;
     if (N <= 0 || rows <= 0) return;
     bool bf = w->compute == DTYPE_BF16;
+    if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_PLAIN && w->dtype == DTYPE_BF16 && (x || (bf && x16))) {
+        /* a bf16 product reads the input rounded to bf16 */
+        if (bf && !x16) x16 = matmul_bf16_input(x, (size_t)N, (size_t)cols);
+        bf16_gemv(out, (size_t)rows, bf ? NULL : x, bf ? x16 : NULL, w->data, rows, cols, bias, N);
+        return;
+    }
     if (fw_is_direct(w)) {
         if (bf && x16) linear_forward_bf16_input(out, x16, w->data, bias, N, cols, rows);
         else linear_forward(out, x, w->data, w->dtype, bias, N, cols, rows);
@@ -232,10 +214,6 @@ void fw_linear_forward(float *out, const float *x, const uint16_t *x16, const Fr
     if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_AFFINE && x) {
         affine_gemv(out, (size_t)rows, x, w->data, w->row_bytes, w->scales, w->biases, w->dtype, w->bits,
                     w->group, rows, cols, bias, N);
-        return;
-    }
-    if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_PLAIN && w->dtype == DTYPE_BF16 && !bf && x) {
-        plain_gemv_bf16(out, x, w, bias, N);
         return;
     }
     const void *a = x;
@@ -367,6 +345,9 @@ void fw_row_norms2(float *out, const FrozenWeight *w) {
 void fw_forward_shapes(const FrozenWeight *w, int N, bool bias, bool have_x, FwShapeSink sink, void *ctx) {
     int rows = w->rows, cols = w->cols;
     if (N <= 0 || rows <= 0) return;
+    /* the bf16 GEMV (without x, a bf16 product has x16) */
+    if (N <= FW_GEMV_MAX_ROWS && w->fmt == FW_PLAIN && w->dtype == DTYPE_BF16 && (have_x || w->compute == DTYPE_BF16))
+        return;
     if (fw_is_direct(w)) {
         MatmulShape k = matmul_shape_linear_forward(N, cols, rows, w->dtype, bias);
         sink(ctx, &k);

@@ -35,6 +35,7 @@
 
 #include "kernels/gated_delta.h"
 #include "kernels/isa.h"
+#include "kernels/tile_fma.h"
 #include "kernels/vec.h"
 #include "base/error.h"
 
@@ -50,7 +51,8 @@ enum { TRI_NONE = 0, TRI_A_LOWER, TRI_A_UPPER, TRI_C_LOWER };
  * hold anything afterwards). With AVX-512, 4 rows x 64 columns of
  * accumulators stay in registers while k runs (20 of the 32 zmm registers);
  * without (16 ymm registers) only the 4 x 16 loop runs: the same sums in the
- * same order, so the same bits (tests/kernels/test_isa). */
+ * same order, so the same bits (tests/kernels/test_isa). The micro-kernels
+ * are attention.c's (kernels/tile_fma.h). */
 static void mm(float *C, int ldc, const float *A, int ai, int ak, const float *B, int ldb,
                int M, int N, int K, float alpha, int acc, int tri) {
     const v16 va = splat16(alpha);
@@ -71,42 +73,10 @@ static void mm(float *C, int ldc, const float *A, int ai, int ak, const float *B
         int n = 0;
 #ifdef __AVX512F__
         for (; n + 64 <= n1; n += 64) {
-            v16 r00 = splat16(0.0f), r01 = r00, r02 = r00, r03 = r00;
-            v16 r10 = r00, r11 = r00, r12 = r00, r13 = r00;
-            v16 r20 = r00, r21 = r00, r22 = r00, r23 = r00;
-            v16 r30 = r00, r31 = r00, r32 = r00, r33 = r00;
-            for (int k = k0; k < k1; k++) {
-                const float *b = B + (size_t)k * ldb + n;
-                size_t ka = (size_t)k * ak;
-                v16 b0 = load16(b);
-                v16 b1 = load16(b + 16);
-                v16 b2 = load16(b + 32);
-                v16 b3 = load16(b + 48);
-                /* keep the B row in registers (else GCC folds the loads into every FMA) */
-                __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
-                v16 x = splat16(a0[ka]);
-                r00 += x * b0;
-                r01 += x * b1;
-                r02 += x * b2;
-                r03 += x * b3;
-                x = splat16(a1[ka]);
-                r10 += x * b0;
-                r11 += x * b1;
-                r12 += x * b2;
-                r13 += x * b3;
-                x = splat16(a2[ka]);
-                r20 += x * b0;
-                r21 += x * b1;
-                r22 += x * b2;
-                r23 += x * b3;
-                x = splat16(a3[ka]);
-                r30 += x * b0;
-                r31 += x * b1;
-                r32 += x * b2;
-                r33 += x * b3;
-            }
-            v16 rr[4][4] = {{r00, r01, r02, r03}, {r10, r11, r12, r13}, {r20, r21, r22, r23},
-                            {r30, r31, r32, r33}};
+            v16 rr[4][4];
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++) rr[x][y] = splat16(0.0f);
+            tile_fma_4x64(rr, a0, a1, a2, a3, (size_t)ak, B + n, (size_t)ldb, k0, k1);
             for (int x = rows - 1; x >= 0; x--)
                 for (int y = 0; y < 4; y++) {
                     float *p = c[x] + n + 16 * y;
@@ -115,19 +85,8 @@ static void mm(float *C, int ldc, const float *A, int ai, int ak, const float *B
         }
 #endif
         for (; n + 16 <= n1; n += 16) {
-            v16 r0 = splat16(0.0f);
-            v16 r1 = r0;
-            v16 r2 = r0;
-            v16 r3 = r0;
-            for (int k = k0; k < k1; k++) {
-                v16 b0 = load16(B + (size_t)k * ldb + n);
-                size_t ka = (size_t)k * ak;
-                r0 += splat16(a0[ka]) * b0;
-                r1 += splat16(a1[ka]) * b0;
-                r2 += splat16(a2[ka]) * b0;
-                r3 += splat16(a3[ka]) * b0;
-            }
-            v16 rr[4] = {r0, r1, r2, r3};
+            v16 rr[4] = {splat16(0.0f), splat16(0.0f), splat16(0.0f), splat16(0.0f)};
+            tile_fma_4x16(rr, a0, a1, a2, a3, (size_t)ak, B + n, (size_t)ldb, k0, k1);
             for (int x = rows - 1; x >= 0; x--) {
                 float *p = c[x] + n;
                 store16(p, (acc ? load16(p) : splat16(0.0f)) + va * rr[x]);

@@ -5,9 +5,13 @@
  * written through the sigmoid so it needs one exponential and no tanh. The
  * exponentials go through the vectorised exp16 (libm's scalar expf made this
  * a tenth of a layer's time). gate and up are rows of stride ld: a fused
- * gate_up projection's output is read in place. */
+ * gate_up projection's output is read in place.
+ *
+ * Compiled twice in the portable build (kernels/isa.h): the exponentials and
+ * divisions run on 16-float vectors, one register with AVX-512. */
 #include <math.h>
 
+#include "kernels/isa.h"
 #include "kernels/ops.h"
 #include "kernels/vec.h"
 
@@ -19,22 +23,26 @@ static const float GELU_A = 0.044715f;
 static inline v16 sigmoid16(v16 g) { return splat16(1.0f) / (splat16(1.0f) + exp16(-g)); }
 static inline float sigmoid1(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-/* act(g) and d act / dg, 16 lanes and scalar */
+/* act(g), 16 lanes */
 static inline v16 act16(v16 g, int act) {
     if (act == GLU_SILU) return g * sigmoid16(g);
     v16 u2 = splat16(2.0f * GELU_C) * (g + splat16(GELU_A) * g * g * g);
     return g * sigmoid16(u2);
 }
-static inline v16 dact16(v16 g, int act) {
+/* act(g) and d act / dg together: one exponential and one division per
+ * element instead of two of each (the backward pass needs both) */
+static inline v16 act_dact16(v16 g, int act, v16 *dact) {
     const v16 one = splat16(1.0f);
     if (act == GLU_SILU) {
         v16 s = sigmoid16(g);
-        return s * (one + g * (one - s));
+        *dact = s * (one + g * (one - s));
+        return g * s;
     }
     v16 u2 = splat16(2.0f * GELU_C) * (g + splat16(GELU_A) * g * g * g);
     v16 s = sigmoid16(u2);
     v16 du2 = splat16(2.0f * GELU_C) * (one + splat16(3.0f * GELU_A) * g * g);
-    return s + g * s * (one - s) * du2;
+    *dact = s + g * s * (one - s) * du2;
+    return g * s;
 }
 static inline float act1(float g, int act) {
     if (act == GLU_SILU) return g * sigmoid1(g);
@@ -53,7 +61,8 @@ static inline float dact1(float g, int act) {
  * any width split evenly, and every element is written by one thread. */
 static size_t blocks_per_row(size_t F) { return (F + GLU_BLOCK - 1) / GLU_BLOCK; }
 
-void glu_forward(float *out, const float *gate, const float *up, size_t rows, size_t F, size_t ld, int act) {
+void ISA_FN(glu_forward)(float *out, const float *gate, const float *up, size_t rows, size_t F, size_t ld,
+                         int act) {
     size_t bpr = blocks_per_row(F), items = rows * bpr;
     #pragma omp parallel for schedule(static) if (rows * F > 32768)
     for (size_t it = 0; it < items; it++) {
@@ -65,18 +74,34 @@ void glu_forward(float *out, const float *gate, const float *up, size_t rows, si
     }
 }
 
-void glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
-                  size_t rows, size_t F, size_t ld, int act) {
+/* set: dgate, dup are written (=), not accumulated into (+=): a gradient
+ * buffer's only contribution needs no zeroing pass and no read of it. */
+static void glu_backward_impl(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                              size_t rows, size_t F, size_t ld, int act, int set) {
     size_t bpr = blocks_per_row(F), items = rows * bpr;
     #pragma omp parallel for schedule(static) if (rows * F > 32768)
     for (size_t it = 0; it < items; it++) {
         size_t r = it / bpr, c = (it % bpr) * GLU_BLOCK, end = c + GLU_BLOCK < F ? c + GLU_BLOCK : F;
         const float *g = gate + r * ld, *u = up + r * ld, *d = dout + r * F;
         float *dg = dgate + r * ld, *du = dup + r * ld;
+        if (set) {
+            for (; c + 16 <= end; c += 16) {
+                v16 gv = load16(g + c), dv = load16(d + c), da;
+                v16 a = act_dact16(gv, act, &da);
+                store16(dg + c, dv * load16(u + c) * da);
+                store16(du + c, dv * a);
+            }
+            for (; c < end; c++) {
+                dg[c] = d[c] * u[c] * dact1(g[c], act);
+                du[c] = d[c] * act1(g[c], act);
+            }
+            continue;
+        }
         for (; c + 16 <= end; c += 16) {
-            v16 gv = load16(g + c), dv = load16(d + c);
-            store16(dg + c, load16(dg + c) + dv * load16(u + c) * dact16(gv, act));
-            store16(du + c, load16(du + c) + dv * act16(gv, act));
+            v16 gv = load16(g + c), dv = load16(d + c), da;
+            v16 a = act_dact16(gv, act, &da);
+            store16(dg + c, load16(dg + c) + dv * load16(u + c) * da);
+            store16(du + c, load16(du + c) + dv * a);
         }
         for (; c < end; c++) {
             dg[c] += d[c] * u[c] * dact1(g[c], act);
@@ -85,6 +110,17 @@ void glu_backward(float *dgate, float *dup, const float *dout, const float *gate
     }
 }
 
+void ISA_FN(glu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                          size_t rows, size_t F, size_t ld, int act) {
+    glu_backward_impl(dgate, dup, dout, gate, up, rows, F, ld, act, 0);
+}
+
+void ISA_FN(glu_backward_set)(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                              size_t rows, size_t F, size_t ld, int act) {
+    glu_backward_impl(dgate, dup, dout, gate, up, rows, F, ld, act, 1);
+}
+
+#ifndef LT_ISA_AVX512 /* once, in the baseline object */
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
     glu_forward(out, gate, up, 1, n, n, GLU_SILU);
 }
@@ -92,3 +128,4 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
     glu_backward(dgate, dup, dout, gate, up, 1, n, n, GLU_SILU);
 }
+#endif

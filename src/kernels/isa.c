@@ -16,6 +16,7 @@
 
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static bool isa_use_avx512;
+static bool isa_use_bf16; /* AVX512_BF16 for attention's tile products */
 static const char *isa_text = "native";
 
 /* LMTUNE_NO_AVX512 set to anything but "" or "0". */
@@ -41,6 +42,7 @@ static void isa_detect(void) {
     bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     isa_use_avx512 = cpu && !off;
+    isa_use_bf16 = isa_use_avx512 && __builtin_cpu_supports("avx512bf16");
     if (isa_use_avx512) {
         isa_text = "x86-64-v3 + AVX-512 kernels";
     } else if (cpu) {
@@ -49,6 +51,10 @@ static void isa_detect(void) {
         isa_text = "x86-64-v3 (no AVX-512 on this CPU)";
     }
 #else
+#if defined(__x86_64__) && defined(__AVX512F__)
+    __builtin_cpu_init();
+    isa_use_bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
     isa_text = off ? "native build (LMTUNE_NO_AVX512 caps oneDNN only)" : "native build";
 #endif
 }
@@ -58,6 +64,11 @@ void isa_init(void) { pthread_once(&isa_once, isa_detect); }
 bool isa_avx512(void) {
     isa_init();
     return isa_use_avx512;
+}
+
+bool attention_bf16_supported(void) {
+    isa_init();
+    return isa_use_bf16;
 }
 
 const char *isa_describe(void) {
@@ -74,8 +85,38 @@ extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf1
 extern __typeof__(matmul_bf16_to_f32) matmul_bf16_to_f32_base, matmul_bf16_to_f32_avx512;
 extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
 extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
+extern __typeof__(bf16_gemv) bf16_gemv_base, bf16_gemv_avx512;
 extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
 extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
+extern __typeof__(glu_forward) glu_forward_base, glu_forward_avx512;
+extern __typeof__(glu_backward) glu_backward_base, glu_backward_avx512;
+extern __typeof__(glu_backward_set) glu_backward_set_base, glu_backward_set_avx512;
+
+void glu_forward(float *out, const float *gate, const float *up, size_t rows, size_t F, size_t ld, int act) {
+    if (isa_avx512()) {
+        glu_forward_avx512(out, gate, up, rows, F, ld, act);
+    } else {
+        glu_forward_base(out, gate, up, rows, F, ld, act);
+    }
+}
+
+void glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t rows,
+                  size_t F, size_t ld, int act) {
+    if (isa_avx512()) {
+        glu_backward_avx512(dgate, dup, dout, gate, up, rows, F, ld, act);
+    } else {
+        glu_backward_base(dgate, dup, dout, gate, up, rows, F, ld, act);
+    }
+}
+
+void glu_backward_set(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t rows,
+                      size_t F, size_t ld, int act) {
+    if (isa_avx512()) {
+        glu_backward_set_avx512(dgate, dup, dout, gate, up, rows, F, ld, act);
+    } else {
+        glu_backward_set_base(dgate, dup, dout, gate, up, rows, F, ld, act);
+    }
+}
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                        int KVH, int D, const AttnParams *ap) {
@@ -125,6 +166,15 @@ void affine_expand(const uint8_t *packed, size_t row_bytes, const void *scales, 
         affine_expand_avx512(packed, row_bytes, scales, biases, t, bits, group, cols, r0, nr, c0, nc, out, dst, ld);
     } else {
         affine_expand_base(packed, row_bytes, scales, biases, t, bits, group, cols, r0, nr, c0, nc, out, dst, ld);
+    }
+}
+
+void bf16_gemv(float *y, size_t ldy, const float *x, const uint16_t *x16, const void *w, int rows, int cols,
+               const float *bias, int N) {
+    if (isa_avx512()) {
+        bf16_gemv_avx512(y, ldy, x, x16, w, rows, cols, bias, N);
+    } else {
+        bf16_gemv_base(y, ldy, x, x16, w, rows, cols, bias, N);
     }
 }
 

@@ -6,8 +6,11 @@
  * FMA) and compiles the kernels whose speed depends on AVX-512 a second
  * time with AVX-512 enabled (Makefile: ISA_SRC): attention's register-blocked
  * tiles, the LM head's softmax, the rounding of activations to bf16, the
- * expansion and fused GEMV of MLX affine-quantized weights, and the chunked
- * gated delta rule (Gated DeltaNet).
+ * expansion and fused GEMVs of bf16 and MLX affine-quantized weights, the
+ * chunked gated delta rule (Gated DeltaNet), and the gated MLP activations
+ * (GLU). Attention's bf16 tile products (AttnParams.bf16) live in the
+ * AVX-512 variant and also need AVX512_BF16, checked here too
+ * (attention_bf16_supported in kernels/ops.h).
  * Their entry points are then named through ISA_FN (name_base in the
  * baseline object, name_avx512 in the other) and kernels/isa.c defines the
  * public name, which calls the variant chosen at start-up. Both variants do

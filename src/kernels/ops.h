@@ -9,6 +9,7 @@
 #include "base/dtype.h"
 #include "base/rope_scaling.h"
 #include "kernels/frozen_weight.h"
+#include "kernels/matmul.h"
 
 /* --- embedding --- */
 void embedding_forward(float *out,         /* (N, C) */
@@ -57,8 +58,9 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int
  *     and optional tanh soft-capping of the scores (Gemma 2). Per-thread
  *     tiles live on the OpenMP threads' stacks (at most (640 * roundup(D, 16)
  *     + 4608) floats, 4096 more with soft-capping: 178 KiB at D = 64, 338 KiB
- *     at D = 128, 658 KiB at D = 256; the default 8 MiB thread stacks hold
- *     that easily).
+ *     at D = 128, 658 KiB at D = 256; with bf16 products (736 * D + 14336)
+ *     floats: 240 KiB at D = 64; the default 8 MiB thread stacks hold that
+ *     easily).
  *     The forward runs tasks of (batch, 64-query block, kv head, <= 4 of its
  *     heads); the backward runs one task per (batch, kv head), so it uses at
  *     most B * KVH threads. The workspace holds rowsum(dout * out), (B, H, T). --- */
@@ -66,6 +68,8 @@ typedef struct {
     float scale;      /* scores = scale * q.k */
     int window;       /* > 0: sliding window of this many keys (self included); 0: full causal */
     float softcap;    /* > 0: scores = softcap * tanh(scores / softcap) */
+    bool bf16;        /* tile products in bf16 with fp32 sums (vdpbf16ps), where the CPU has
+                         AVX512_BF16 (attention_bf16_supported); else, and when false, fp32 */
 } AttnParams;
 void attention_forward(float *out,      /* (B, T, H, D) */
                        float *lse,      /* (B, H, T), saved for backward */
@@ -83,10 +87,15 @@ void attention_backward(float *dq,        /* (B, T, H, D) += */
                         float *workspace, /* attention_workspace_floats(...) floats */
                         int B, int T, int H, int KVH, int D, const AttnParams *ap);
 size_t attention_workspace_floats(int B, int T, int H, int KVH, int D);
+/* True when AttnParams.bf16 takes effect: the AVX-512 kernels run and the
+ * CPU has AVX512_BF16 (CPUID, once). Else bf16 requests run in fp32. */
+bool attention_bf16_supported(void);
 /* Bytes of the tiles one thread's attention task keeps on its stack (the
  * larger of the forward's and the backward's): resident on every OpenMP
- * thread's stack once attention has run, so the memory plan counts them. */
-size_t attention_stack_bytes(int D);
+ * thread's stack once attention has run, so the memory plan counts them.
+ * bf16: the run asks for bf16 products (AttnParams.bf16): 62 KiB more at
+ * D = 64 (the backward's bf16 operands). */
+size_t attention_stack_bytes(int D, bool bf16);
 
 /* --- gated MLP activations: out = act(gate) * up, act = silu (SwiGLU) or
  *     the tanh approximation of GELU (GeGLU, Gemma's gelu_pytorch_tanh).
@@ -100,6 +109,9 @@ void glu_forward(float *out,        /* (rows, F) */
 void glu_backward(float *dgate, float *dup, /* (rows, ld) += */
                   const float *dout,        /* (rows, F) */
                   const float *gate, const float *up, size_t rows, size_t F, size_t ld, int act);
+/* glu_backward, except that dgate and dup are overwritten (=) */
+void glu_backward_set(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t rows,
+                      size_t F, size_t ld, int act);
 /* SwiGLU on contiguous (n) vectors. */
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void swiglu_backward(float *dgate, float *dup,   /* += */
@@ -127,6 +139,10 @@ double lmhead_xent(float *dinp,             /* (N, C) += , or NULL (eval) */
                    float *scratch,          /* lmhead_scratch_floats(chunk, C, V) */
                    float softcap, int chunk, int N);
 size_t lmhead_scratch_floats(int chunk, int C, int V);
+/* Whether lmhead_xent computes a chunk's input gradient transposed (an fp32
+ * weight multiplied as stored), and that product's shape on np rows. */
+bool lmhead_dinp_transposed(const FrozenWeight *w);
+MatmulShape lmhead_dinp_transposed_shape(int np, int C, int V);
 /* Rows the products of a chunk of n counted rows run on: n rounded up to a
  * multiple of 16, at most chunk (zero rows; see lmhead_xent.c). */
 int lmhead_product_rows(int n, int chunk);

@@ -141,7 +141,8 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
     char nm[96];
     if (r->kind == INFER_EVAL) {
         size_t pg = file_page_size();
-        size_t stack = (attention_stack_bytes(cfg.head_dim) + pg - 1) / pg * pg;
+        bool bf16 = spec->weight_dtype == DTYPE_BF16;
+        size_t stack = (attention_stack_bytes(cfg.head_dim, bf16) + pg - 1) / pg * pg;
         snprintf(nm, sizeof nm, "attention tiles on the stacks of %d threads", threads_of(r));
         TRY(plan_note(plan, MEM_ATTENTION, nm, (size_t)threads_of(r) * stack, false));
         TRY(plan_note(plan, MEM_DATASET, "tokenised test set", dataset_bytes(r->data), false));

@@ -129,7 +129,8 @@ int run_plan_build_ex(const RunShape *a, const RunInputs *in, MemPlan *plan, Mod
     int threads = run_threads(a);
     snprintf(nm, sizeof nm, "attention tiles on the stacks of %d threads", threads);
     size_t pg = file_page_size();
-    size_t stack = (attention_stack_bytes(in->cfg->head_dim) + pg - 1) / pg * pg;
+    bool bf16 = spec->weight_dtype == DTYPE_BF16; /* attention's products follow the frozen ones */
+    size_t stack = (attention_stack_bytes(in->cfg->head_dim, bf16) + pg - 1) / pg * pg;
     TRY(plan_note(plan, MEM_ATTENTION, nm, (size_t)threads * stack, false));
     if (lib.measured)
         snprintf(nm, sizeof nm, "oneDNN primitives: %zu (%zu bf16), created now and measured", lib.primitives,

@@ -117,14 +117,17 @@ void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N) {
         proj_forward(m, bp, layer, PROJ_QKV, m->qkv_tmp, a->ln1, x16, a->xa[PROJ_QKV], N, false);
         PROF(PROF_ELEMENT, qkv_split(d, q, k, a->v, m->qkv_tmp, N, false));
     } else {
-        if (d->attn_gate) {
-            proj_forward(m, bp, layer, PROJ_Q, a->qg, a->ln1, x16, a->xa[PROJ_Q], N, false);
-            PROF(PROF_ELEMENT, split_query_gate(q, a->agate, a->qg, N * d->H, d->D));
-        } else {
-            proj_forward(m, bp, layer, PROJ_Q, q, a->ln1, x16, a->xa[PROJ_Q], N, false);
+        float *outs[PROJ_COUNT] = {0};
+        outs[PROJ_Q] = d->attn_gate ? a->qg : q;
+        outs[PROJ_K] = k;
+        outs[PROJ_V] = a->v;
+        unsigned grp = lora_group(m, bp, qkv_mask(d), N);
+        for (int p = PROJ_Q; p <= PROJ_V; p++) {
+            if (grp >> p & 1u) proj_forward_base(m, bp, p, outs[p], a->ln1, x16, N);
+            else proj_forward(m, bp, layer, p, outs[p], a->ln1, x16, a->xa[p], N, false);
         }
-        proj_forward(m, bp, layer, PROJ_K, k, a->ln1, x16, a->xa[PROJ_K], N, false);
-        proj_forward(m, bp, layer, PROJ_V, a->v, a->ln1, x16, a->xa[PROJ_V], N, false);
+        if (grp) lora_group_forward(m, bp, grp, outs, a->xa, a->ln1, N);
+        if (d->attn_gate) PROF(PROF_ELEMENT, split_query_gate(q, a->agate, a->qg, N * d->H, d->D));
     }
     if (d->qk_norm) {
         PROF(PROF_NORM, rmsnorm_forward(a->q, a->q_rstd, a->q_pre, bp->qn, d->norm_off, eps, N * d->H, d->D));
@@ -139,8 +142,15 @@ void block_glu_forward(Model *m, int layer, const BlockActs *a, int N) {
     if (d->gu_ld != d->F) {
         proj_forward(m, bp, layer, PROJ_GATE_UP, a->gate, a->ln2, x16, a->xa[PROJ_GATE_UP], N, false);
     } else {
-        proj_forward(m, bp, layer, PROJ_GATE, a->gate, a->ln2, x16, a->xa[PROJ_GATE], N, false);
-        proj_forward(m, bp, layer, PROJ_UP, a->up, a->ln2, x16, a->xa[PROJ_UP], N, false);
+        float *outs[PROJ_COUNT] = {0};
+        outs[PROJ_GATE] = a->gate;
+        outs[PROJ_UP] = a->up;
+        unsigned grp = lora_group(m, bp, gate_up_mask(d), N);
+        for (int p = PROJ_GATE; p <= PROJ_UP; p++) {
+            if (grp >> p & 1u) proj_forward_base(m, bp, p, outs[p], a->ln2, x16, N);
+            else proj_forward(m, bp, layer, p, outs[p], a->ln2, x16, a->xa[p], N, false);
+        }
+        if (grp) lora_group_forward(m, bp, grp, outs, a->xa, a->ln2, N);
     }
     PROF(PROF_SWIGLU, glu_forward(a->act, a->gate, a->up, (size_t)N, (size_t)d->F, (size_t)d->gu_ld, d->act));
 }
@@ -214,7 +224,6 @@ void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N) {
     const BlockParams *bp = &m->blocks[layer];
     Scratch *sc = &m->sc;
     int C = d->C;
-    size_t NF = (size_t)N * d->F, NG = (size_t)N * d->gu_ld;
     float eps = m->cfg.rms_norm_eps, off = d->norm_off;
     if (a->transient) {
         /* rebuilt exactly as the forward computed them (same kernels, same inputs) */
@@ -227,16 +236,23 @@ void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N) {
     const float *dmlp = sc->dres;
     if (d->sandwich) dmlp = post_norm_backward(m, bp->dpn2, a->mlp, bp->pn2, a->prstd2, N);
     proj_backward(m, bp, layer, PROJ_DOWN, sc->dact, true, dmlp, a->act, a->xa[PROJ_DOWN], N);
-    /* fused: dgate and dup are the two halves of one (N, 2F) region */
-    PROF(PROF_ELEMENT, zero(sc->dgate, d->gu_ld != d->F ? NG : NF));
-    if (d->gu_ld == d->F) PROF(PROF_ELEMENT, zero(sc->dup, NF));
-    PROF(PROF_SWIGLU, glu_backward(sc->dgate, sc->dup, sc->dact, a->gate, a->up, (size_t)N, (size_t)d->F,
-                                   (size_t)d->gu_ld, d->act));
+    /* dgate and dup (fused: the two halves of one (N, 2F) region) are written whole: no zeroing */
+    PROF(PROF_SWIGLU, glu_backward_set(sc->dgate, sc->dup, sc->dact, a->gate, a->up, (size_t)N, (size_t)d->F,
+                                       (size_t)d->gu_ld, d->act));
     if (d->gu_ld != d->F) {
         proj_backward(m, bp, layer, PROJ_GATE_UP, sc->dln, true, sc->dgate, a->ln2, a->xa[PROJ_GATE_UP], N);
     } else {
-        proj_backward(m, bp, layer, PROJ_GATE, sc->dln, true, sc->dgate, a->ln2, a->xa[PROJ_GATE], N);
-        proj_backward(m, bp, layer, PROJ_UP, sc->dln, false, sc->dup, a->ln2, a->xa[PROJ_UP], N);
+        unsigned grp = lora_group(m, bp, gate_up_mask(d), N);
+        const float *douts[PROJ_COUNT] = {0};
+        douts[PROJ_GATE] = sc->dgate;
+        douts[PROJ_UP] = sc->dup;
+        for (int p = PROJ_GATE; p <= PROJ_UP; p++) {
+            if (grp >> p & 1u)
+                proj_backward_grouped(m, bp, layer, p, sc->dln, p == PROJ_GATE, douts[p], a->ln2, a->xa[p], N, grp);
+            else
+                proj_backward(m, bp, layer, p, sc->dln, p == PROJ_GATE, douts[p], a->ln2, a->xa[p], N);
+        }
+        if (grp) lora_group_backward(m, bp, grp, sc->dln, a->ln2, N);
     }
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, off, a->rstd2, N, C));
 }
@@ -286,9 +302,18 @@ static void attention_mixer_backward(Model *m, int layer, const BlockActs *a, in
         PROF(PROF_ELEMENT, qkv_split(d, dq, dk, sc->dv, m->qkv_tmp, N, true));
         proj_backward(m, bp, layer, PROJ_QKV, dln, true, m->qkv_tmp, a->ln1, a->xa[PROJ_QKV], N);
     } else {
-        proj_backward(m, bp, layer, PROJ_Q, dln, true, dq, a->ln1, a->xa[PROJ_Q], N);
-        proj_backward(m, bp, layer, PROJ_K, dln, false, dk, a->ln1, a->xa[PROJ_K], N);
-        proj_backward(m, bp, layer, PROJ_V, dln, false, sc->dv, a->ln1, a->xa[PROJ_V], N);
+        unsigned grp = lora_group(m, bp, qkv_mask(d), N);
+        const float *douts[PROJ_COUNT] = {0};
+        douts[PROJ_Q] = dq;
+        douts[PROJ_K] = dk;
+        douts[PROJ_V] = sc->dv;
+        for (int p = PROJ_Q; p <= PROJ_V; p++) {
+            if (grp >> p & 1u)
+                proj_backward_grouped(m, bp, layer, p, dln, p == PROJ_Q, douts[p], a->ln1, a->xa[p], N, grp);
+            else
+                proj_backward(m, bp, layer, p, dln, p == PROJ_Q, douts[p], a->ln1, a->xa[p], N);
+        }
+        if (grp) lora_group_backward(m, bp, grp, dln, a->ln1, N);
     }
     if (need_dx)
         PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, off, a->rstd1, N, C));

@@ -17,9 +17,11 @@ int gguf_export_model(const char *model_dir, const char *out_path, int ggml_type
 /* A LoRA adapter (DIR/adapters.safetensors, adapter_config.json, MLX-LM's
  * format) for the model in model_dir, as llama.cpp's --lora loads it. */
 int gguf_export_adapter(const char *model_dir, const char *adapter_dir, const char *out_path);
-/* Whether model_dir's architecture has a GGUF export (an error set if not):
- * checked before a fuse, so a refused export leaves no fused model behind. */
-int gguf_export_check(const char *model_dir);
+/* Whether model_dir's architecture has a GGUF export that llama.cpp runs as
+ * lmtune does, and with `tokenizer` whether its tokenizer has a GGUF form
+ * (an error set if not): checked before a fuse, so a refused export leaves
+ * no fused model behind. */
+int gguf_export_check(const char *model_dir, bool tokenizer);
 /* `lmtune fuse` on a GGUF base: the base file with the adapter merged, as
  * one GGUF file at out_path (its folder made if missing). Every tensor and
  * key-value of the base is copied as stored (general.alignment becomes 32);

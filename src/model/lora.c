@@ -59,6 +59,17 @@ const uint16_t *proj_shared_input(const BlockParams *bp, unsigned mask, const fl
     return NULL;
 }
 
+/* The base product of p alone (a member of a merged group: its LoRA branch
+ * follows in lora_group_forward). */
+void proj_forward_base(Model *m, const BlockParams *bp, int p, float *out, const float *x, const uint16_t *x16,
+                       int N) {
+    (void)m;
+    bool dora = (bp->adapted >> p & 1u) && bp->dm[p];
+    double t0 = prof_begin();
+    fw_linear_forward(out, x, x16, &bp->w[p], dora ? NULL : proj_bias(bp, p), N);
+    prof_end(PROF_PROJ, t0);
+}
+
 void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
                   float *out, const float *x, const uint16_t *x16, float *xa, int N, bool skip_base) {
     int in, od;
@@ -77,22 +88,13 @@ void proj_forward(Model *m, const BlockParams *bp, int layer, int p,
     prof_end(PROF_LORA, t0);
 }
 
-static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
-                         float *out, const float *x, float *xa, int N, bool skip_base) {
+/* out += scale (x A) B, then DoRA's rescaling (and the bias it defers). */
+static void lora_forward_b(Model *m, const BlockParams *bp, int p, float *out, const float *xa, int N) {
     int in, od;
     proj_shape(&m->d, p, &in, &od);
-    bool dora = bp->dm[p] != NULL;
     const float *bias = proj_bias(bp, p);
-    int r = m->d.r;
-    const float *xs = x;
-    if (m->d.dropout) {
-        apply_dropout(m, layer, p, m->ls.drop_x, x, (size_t)N * in, false);
-        xs = m->ls.drop_x;
-    }
-    gemm_f32(xa, xs, bp->la[p], N, r, in, false, false, 1.0f, 0.0f);
-    if (skip_base) return;
-    gemm_f32(out, xa, bp->lb[p], N, od, r, false, false, m->spec.lora_scale, 1.0f);
-    if (dora) {
+    gemm_f32(out, xa, bp->lb[p], N, od, m->d.r, false, false, m->spec.lora_scale, 1.0f);
+    if (bp->dm[p]) {
         const float *mg = bp->dm[p], *nr = bp->dnorm[p];
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -102,12 +104,96 @@ static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
     }
 }
 
+static void lora_forward(Model *m, const BlockParams *bp, int layer, int p,
+                         float *out, const float *x, float *xa, int N, bool skip_base) {
+    int in, od;
+    proj_shape(&m->d, p, &in, &od);
+    int r = m->d.r;
+    const float *xs = x;
+    if (m->d.dropout) {
+        apply_dropout(m, layer, p, m->ls.drop_x, x, (size_t)N * in, false);
+        xs = m->ls.drop_x;
+    }
+    gemm_f32(xa, xs, bp->la[p], N, r, in, false, false, 1.0f, 0.0f);
+    if (skip_base) return;
+    lora_forward_b(m, bp, p, out, xa, N);
+}
+
+/* ------------------------------------------------ LoRA A products merged
+ * q/k/v read one input (ln1) and gate/up another (ln2). Without dropout
+ * (MLX-LM draws one mask per projection, so with dropout the inputs differ)
+ * the A products of the adapted ones among them are one product,
+ * x (N, in) @ [A_p | A_q | ...] (in, g r): x is read once instead of g
+ * times; backward, dA^T of all of them is one product (dxa_cat^T x) and
+ * the input gradient one (dx += dxa_cat [A_p | ...]^T) instead of g
+ * read-modify-write passes over dx. The B side stays per projection. Each
+ * x@A and its gradient are the same sums as unmerged (rounding aside). */
+bool lora_merge_ok(const Dims *d, int N) {
+    return d->train && d->r > 0 && !d->dropout && N <= d->N;
+}
+
+unsigned lora_group(const Model *m, const BlockParams *bp, unsigned mask, int N) {
+    if (!lora_merge_ok(&m->d, N) || !m->sc.xa_grp) return 0;
+    unsigned g = bp->adapted & mask;
+    return __builtin_popcount(g) >= 2 ? g : 0;
+}
+
+/* [A_p | A_q | ...] (in, g r) into m->sc.a_cat; returns g r. */
+static int pack_a(Model *m, const BlockParams *bp, unsigned grp, int in) {
+    int r = m->d.r, gr = r * __builtin_popcount(grp), k = 0;
+    float *ac = m->sc.a_cat;
+    FOR_EACH_PROJ(p, grp) {
+        const float *A = bp->la[p];
+        for (int i = 0; i < in; i++) memcpy(ac + (size_t)i * gr + (size_t)k * r, A + (size_t)i * r, (size_t)r * 4);
+        k++;
+    }
+    return gr;
+}
+
+/* columns [k r, (k + 1) r) of src (N, g r) <-> dst (N, r) */
+static void slot_copy(float *dst, size_t ldd, const float *src, size_t lds, int N, int r) {
+    for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * ldd, src + (size_t)n * lds, (size_t)r * 4);
+}
+
+void lora_group_forward(Model *m, const BlockParams *bp, unsigned grp, float *const outs[PROJ_COUNT],
+                        float *const xa[PROJ_COUNT], const float *x, int N) {
+    double t0 = prof_begin();
+    int in, od, r = m->d.r, k = 0;
+    proj_shape(&m->d, __builtin_ctz(grp), &in, &od);
+    int gr = pack_a(m, bp, grp, in);
+    float *cat = m->sc.xa_grp;
+    gemm_f32(cat, x, m->sc.a_cat, N, gr, in, false, false, 1.0f, 0.0f);
+    FOR_EACH_PROJ(p, grp) {
+        /* one xa scratch may serve every projection (forward workspace): each B product follows its copy */
+        slot_copy(xa[p], (size_t)r, cat + (size_t)k * r, (size_t)gr, N, r);
+        if (outs[p]) lora_forward_b(m, bp, p, outs[p], xa[p], N);
+        k++;
+    }
+    prof_end(PROF_LORA, t0);
+}
+
 /* dx may be NULL when the input gradient is not needed. */
 static void lora_backward(Model *m, const BlockParams *bp, int layer, int p,
                           float *dx, const float *dy, const float *x, const float *xa, int N);
 
+static void proj_backward_impl(Model *m, const BlockParams *bp, int layer, int p, float *dx, bool dx_set,
+                               const float *dout, const float *x, const float *xa, int N, int grp);
+
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N) {
+    proj_backward_impl(m, bp, layer, p, dx, dx_set, dout, x, xa, N, -1);
+}
+
+/* proj_backward of p, a member of the merged group grp (lora_group): its
+ * dxa goes into its columns of m->sc.xa_grp (N, g r) (members in PROJ_*
+ * order); its dA and its LoRA part of dx are left to lora_group_backward. */
+void proj_backward_grouped(Model *m, const BlockParams *bp, int layer, int p, float *dx, bool dx_set,
+                           const float *dout, const float *x, const float *xa, int N, unsigned grp) {
+    proj_backward_impl(m, bp, layer, p, dx, dx_set, dout, x, xa, N, (int)grp);
+}
+
+static void proj_backward_impl(Model *m, const BlockParams *bp, int layer, int p, float *dx, bool dx_set,
+                               const float *dout, const float *x, const float *xa, int N, int grp) {
     int in, od;
     proj_shape(&m->d, p, &in, &od);
     bool adapted = bp->adapted >> p & 1u;
@@ -155,7 +241,36 @@ void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
     prof_end(PROF_PROJ, t0);
     if (!adapted) return;
     t0 = prof_begin();
-    lora_backward(m, bp, layer, p, dx, dy, x, xa, N);
+    if (grp > 0) {
+        float *dxa = m->sc.dxa;
+        gemm_f32(bp->dlb[p], xa, dy, r, od, N, true, false, scale, 1.0f);   /* dB += s xa^T dy */
+        gemm_f32(dxa, dy, bp->lb[p], N, r, od, false, true, scale, 0.0f);  /* dxa = s dy B^T */
+        int g = __builtin_popcount((unsigned)grp), slot = __builtin_popcount((unsigned)grp & ((1u << p) - 1u));
+        slot_copy(m->sc.xa_grp + (size_t)slot * r, (size_t)g * r, dxa, (size_t)r, N, r);
+    } else {
+        lora_backward(m, bp, layer, p, dx, dy, x, xa, N);
+    }
+    prof_end(PROF_LORA, t0);
+}
+
+/* After every member's proj_backward_grouped: dA of each (one product for
+ * all) and dx += dxa_cat [A_p | ...]^T (one product; dx NULL: not needed). */
+void lora_group_backward(Model *m, const BlockParams *bp, unsigned grp, float *dx, const float *x, int N) {
+    double t0 = prof_begin();
+    int in, od, r = m->d.r, k = 0;
+    proj_shape(&m->d, __builtin_ctz(grp), &in, &od);
+    int gr = pack_a(m, bp, grp, in);
+    const float *dcat = m->sc.xa_grp;
+    float *dat = m->sc.dat;
+    gemm_f32(dat, dcat, x, gr, in, N, true, false, 1.0f, 0.0f);            /* dA_cat^T = dxa_cat^T x */
+    FOR_EACH_PROJ(p, grp) {
+        float *dla = bp->dla[p];
+        const float *src = dat + (size_t)k * r * in;
+        for (int i = 0; i < in; i++)
+            for (int j = 0; j < r; j++) dla[(size_t)i * r + j] += src[(size_t)j * in + i];
+        k++;
+    }
+    if (dx) gemm_f32(dx, dcat, m->sc.a_cat, N, in, gr, false, true, 1.0f, 1.0f);  /* dx += dxa_cat A_cat^T */
     prof_end(PROF_LORA, t0);
 }
 

@@ -151,7 +151,9 @@ typedef struct {
     float *dq_pre, *dk_pre;   /* q/k norms */
     float *dgate, *dup, *dact; /* (N, gu_ld) rows, (N, F) */
     float *dxa;               /* (N, r) */
-    float *dat;               /* (r, max in) LoRA dA^T, see proj_backward */
+    float *dat;               /* (r, max in) LoRA dA^T, see proj_backward; merged groups: (3 r, C) at least */
+    float *xa_grp;            /* merged LoRA groups (lora_merge_ok): (N, 3 r) x@[A..] forward, dxa backward */
+    float *a_cat;             /* merged LoRA groups: (C, 3 r) the members' A side by side */
     float *ylin;              /* DoRA: (N, max out) unscaled output */
     float *attn_ws;           /* attention workspace */
     float *dqg, *dagate;      /* gated attention: (N, 2 QD), (N, QD) */
@@ -301,6 +303,22 @@ const uint16_t *proj_shared_input(const BlockParams *bp, unsigned mask, const fl
  * contribution: no zeroing needed); dx NULL when not needed. */
 void proj_backward(Model *m, const BlockParams *bp, int layer, int p,
                    float *dx, bool dx_set, const float *dout, const float *x, const float *xa, int N);
+/* Merged LoRA A products of projections that share an input (lora.c):
+ * lora_merge_ok: the run merges at N rows (training, no dropout);
+ * lora_group: the adapted projections of mask (q/k/v or gate/up) that are
+ * merged in block l, or 0 (fewer than two, or no merging). A group's
+ * forward: proj_forward_base of each member, then lora_group_forward (outs,
+ * xa indexed by PROJ_*); backward: proj_backward_grouped of each member in
+ * PROJ_* order, then lora_group_backward. */
+bool lora_merge_ok(const Dims *d, int N);
+unsigned lora_group(const Model *m, const BlockParams *bp, unsigned mask, int N);
+void proj_forward_base(Model *m, const BlockParams *bp, int p, float *out, const float *x, const uint16_t *x16,
+                       int N);
+void lora_group_forward(Model *m, const BlockParams *bp, unsigned grp, float *const outs[PROJ_COUNT],
+                        float *const xa[PROJ_COUNT], const float *x, int N);
+void proj_backward_grouped(Model *m, const BlockParams *bp, int layer, int p, float *dx, bool dx_set,
+                           const float *dout, const float *x, const float *xa, int N, unsigned grp);
+void lora_group_backward(Model *m, const BlockParams *bp, unsigned grp, float *dx, const float *x, int N);
 void dora_update_norms(Model *m);
 
 /* model_residency.c: settles which pages of the weight files are resident

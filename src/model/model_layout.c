@@ -462,7 +462,15 @@ static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kin
     }
     sc->dact = sub_f(s, N * d->F);
     if (d->r) sc->dxa = sub_f(s, N * d->r);
-    if (d->r) sc->dat = sub_f(s, (size_t)d->r * max_in_out(d));
+    /* merged LoRA groups (lora.c): at most 3 members (q/k/v), each reading (N, C) */
+    bool merge = lora_merge_ok(d, d->N);
+    size_t dat_cols = max_in_out(d);
+    if (merge && dat_cols < 3 * (size_t)d->C) dat_cols = 3 * (size_t)d->C;
+    if (d->r) sc->dat = sub_f(s, (size_t)d->r * dat_cols);
+    if (merge) {
+        sc->xa_grp = sub_f(s, N * 3 * d->r);
+        sc->a_cat = sub_f(s, (size_t)d->C * 3 * d->r);
+    }
     if (dora) sc->ylin = sub_f(s, N * max_in_out(d));
 }
 

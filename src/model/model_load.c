@@ -187,13 +187,16 @@ static int load_weights(Model *m, bool check_only) {
     return 0;
 }
 
-/* The score scale, window and soft-cap of each layer. */
+/* The score scale, window and soft-cap of each layer, and the dtype of its
+ * tile products: bf16 when the frozen products run in bf16 (fp32 runs stay
+ * fp32; the kernel falls back to fp32 without AVX512_BF16). */
 static void attention_params(Model *m) {
     const ModelConfig *c = &m->cfg;
     for (int l = 0; l < m->d.L; l++) {
         m->attn[l].scale = hf_attention_scale(c);
         m->attn[l].window = c->layer_flags[l] & LAYER_SLIDING ? c->sliding_window : 0;
         m->attn[l].softcap = (float)c->attn_softcap;
+        m->attn[l].bf16 = m->d.bf16_compute;
     }
 }
 

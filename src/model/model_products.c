@@ -52,6 +52,8 @@ static void frozen_forward(const Emit *e, int k, int N, int in, int od, bool bia
                            ProductPhase ph) {
     const FrozenWeight *w = panelled(e, k);
     if (!w) {
+        /* a few rows by plain bf16 weights: the bf16 GEMV, no oneDNN product */
+        if (N <= FW_GEMV_MAX_ROWS && e->m->d.run_dtype == DTYPE_BF16) return;
         put(e, matmul_shape_linear_forward(N, in, od, e->m->d.run_dtype, bias), block, ph);
         return;
     }
@@ -92,16 +94,75 @@ static void emit_proj_forward(const Emit *e, int l, int p, int N, bool skip_base
     if (!skip_base) put(e, matmul_shape_gemm(N, od, d->r, false, false, m->spec.lora_scale, 1.0f), l, ph);
 }
 
+/* lora_group (lora.c) of block l for the projections of mask */
+static unsigned emit_group(const Emit *e, int l, unsigned mask, int N) {
+    if (!lora_merge_ok(&e->m->d, N)) return 0;
+    unsigned g = e->m->blocks[l].adapted & mask;
+    return __builtin_popcount(g) >= 2 ? g : 0;
+}
+
+static const unsigned QKV_MASK = 1u << PROJ_Q | 1u << PROJ_K | 1u << PROJ_V;
+static const unsigned GU_MASK = 1u << PROJ_GATE | 1u << PROJ_UP;
+
+/* lora_group_forward: the merged A product, then each member's B product. */
+static void emit_group_forward(const Emit *e, int l, unsigned grp, int N, ProductPhase ph) {
+    const Dims *d = &e->m->d;
+    int in, od;
+    proj_shape(d, __builtin_ctz(grp), &in, &od);
+    put(e, matmul_shape_gemm(N, d->r * __builtin_popcount(grp), in, false, false, 1.0f, 0.0f), l, ph);
+    FOR_EACH_PROJ(p, grp) {
+        proj_shape(d, p, &in, &od);
+        put(e, matmul_shape_gemm(N, od, d->r, false, false, e->m->spec.lora_scale, 1.0f), l, ph);
+    }
+}
+
 /* block_forward (recompute: the down projection's base product is skipped). */
 static void emit_block_forward(const Emit *e, int l, int N, bool recompute) {
     ProductPhase ph = recompute ? PRODUCT_RECOMPUTE : PRODUCT_FORWARD;
     unsigned projs = layer_projs(&e->m->cfg, l);   /* the block kind's projections (Qwen3.5) */
-    for (int p = 0; p < PROJ_COUNT; p++)
-        if (projs >> p & 1u) emit_proj_forward(e, l, p, N, recompute && p == PROJ_DOWN, ph);
+    unsigned grp = 0;
+    if (!(projs >> PROJ_QKV & 1u)) grp |= emit_group(e, l, projs & QKV_MASK, N);
+    if (!(projs >> PROJ_GATE_UP & 1u)) grp |= emit_group(e, l, projs & GU_MASK, N);
+    for (int p = 0; p < PROJ_COUNT; p++) {
+        if (!(projs >> p & 1u)) continue;
+        if (grp >> p & 1u) {
+            /* proj_forward_base */
+            const Dims *d = &e->m->d;
+            int in, od;
+            proj_shape(d, p, &in, &od);
+            bool bias = d->bias && p <= PROJ_V && e->m->spec.type != TUNE_DORA;
+            if (block_is_full(e->m, l)) put(e, matmul_shape_linear_forward(N, in, od, DTYPE_F32, bias), l, ph);
+            else frozen_forward(e, matrix_of(l, p), N, in, od, bias, true, l, ph);
+        } else {
+            emit_proj_forward(e, l, p, N, recompute && p == PROJ_DOWN, ph);
+        }
+        if (p == PROJ_V && (grp & QKV_MASK)) emit_group_forward(e, l, grp & QKV_MASK, N, ph);
+        if (p == PROJ_UP && (grp & GU_MASK)) emit_group_forward(e, l, grp & GU_MASK, N, ph);
+    }
 }
 
-/* proj_backward with dx (NULL or not) and its first-contribution flag. */
+/* proj_backward with dx (NULL or not) and its first-contribution flag;
+ * grp: p is a member of that merged group (proj_backward_grouped). */
+static void emit_proj_backward_g(const Emit *e, int l, int p, int N, bool dx, bool dx_set, unsigned grp);
 static void emit_proj_backward(const Emit *e, int l, int p, int N, bool dx, bool dx_set) {
+    emit_proj_backward_g(e, l, p, N, dx, dx_set, 0);
+}
+
+/* the members' proj_backward_grouped, then lora_group_backward */
+static void emit_group_backward(const Emit *e, int l, unsigned grp, int N, bool dx) {
+    const Dims *d = &e->m->d;
+    bool first = true;
+    FOR_EACH_PROJ(p, grp) {
+        emit_proj_backward_g(e, l, p, N, dx, first, grp);
+        first = false;
+    }
+    int in, od, gr = d->r * __builtin_popcount(grp);
+    proj_shape(d, __builtin_ctz(grp), &in, &od);
+    put(e, matmul_shape_gemm(gr, in, N, true, false, 1.0f, 0.0f), l, PRODUCT_BACKWARD);
+    if (dx) put(e, matmul_shape_gemm(N, in, gr, false, true, 1.0f, 1.0f), l, PRODUCT_BACKWARD);
+}
+
+static void emit_proj_backward_g(const Emit *e, int l, int p, int N, bool dx, bool dx_set, unsigned grp) {
     const Model *m = e->m;
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[l];
@@ -125,6 +186,7 @@ static void emit_proj_backward(const Emit *e, int l, int p, int N, bool dx, bool
     int r = d->r;
     put(e, matmul_shape_gemm(r, od, N, true, false, scale, 1.0f), l, PRODUCT_BACKWARD);
     put(e, matmul_shape_gemm(N, r, od, false, true, scale, 0.0f), l, PRODUCT_BACKWARD);
+    if (grp) return;
     put(e, matmul_shape_gemm(r, in, N, true, false, 1.0f, 0.0f), l, PRODUCT_BACKWARD);
     if (dx) put(e, matmul_shape_gemm(N, in, r, false, true, 1.0f, d->dropout ? 0.0f : 1.0f), l, PRODUCT_BACKWARD);
 }
@@ -140,8 +202,13 @@ static void emit_block_backward(const Emit *e, int l, int N) {
     if (projs >> PROJ_GATE_UP & 1u) {
         emit_proj_backward(e, l, PROJ_GATE_UP, N, true, true);
     } else {
-        emit_proj_backward(e, l, PROJ_GATE, N, true, true);
-        emit_proj_backward(e, l, PROJ_UP, N, true, false);
+        unsigned grp = emit_group(e, l, layer_projs(&m->cfg, l) & GU_MASK, N);
+        if (grp) {
+            emit_group_backward(e, l, grp, N, true);
+        } else {
+            emit_proj_backward(e, l, PROJ_GATE, N, true, true);
+            emit_proj_backward(e, l, PROJ_UP, N, true, false);
+        }
     }
     if (m->blocks[l].gdn) {
         emit_proj_backward(e, l, PROJ_LOUT, N, true, true);
@@ -154,6 +221,11 @@ static void emit_block_backward(const Emit *e, int l, int N) {
     emit_proj_backward(e, l, PROJ_O, N, true, true);
     if (projs >> PROJ_QKV & 1u) {
         emit_proj_backward(e, l, PROJ_QKV, N, need_dx, true);
+        return;
+    }
+    unsigned grp = emit_group(e, l, layer_projs(&m->cfg, l) & QKV_MASK, N);
+    if (grp) {
+        emit_group_backward(e, l, grp, N, need_dx);
         return;
     }
     emit_proj_backward(e, l, PROJ_Q, N, need_dx, true);
@@ -181,7 +253,11 @@ static void emit_lmhead(const Emit *e, long rows, bool grad) {
         bool bf = lmhead_bf16(e);
         frozen_forward(e, 1, n, d->C, d->V, false, !bf, -1, PRODUCT_LMHEAD);
         if (!grad) continue;
-        frozen_dinp(e, 1, n, d->C, d->V, 0.0f, bf ? (size_t)d->V : 0, -1, PRODUCT_LMHEAD);
+        /* lmhead_xent's transposed input gradient: an fp32 weight multiplied as stored (not quantized: unless
+         * 16-bit weights are widened in fp32 products, d->panel_cols) */
+        bool tr = e->views ? lmhead_dinp_transposed(&e->views[1]) : !bf && d->panel_cols == 0;
+        if (tr) put(e, lmhead_dinp_transposed_shape(n, d->C, d->V), -1, PRODUCT_LMHEAD);
+        else frozen_dinp(e, 1, n, d->C, d->V, 0.0f, bf ? (size_t)d->V : 0, -1, PRODUCT_LMHEAD);
     }
 }
 

@@ -17,6 +17,10 @@
                   "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define QWEN2_RE "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+" \
                  "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define GPT4O_RE "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+" \
+                 "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+" \
+                 "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
+                 "[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* One known pre-tokenizer: Split(split_re, Isolated) or Digits(individual)
  * first when set, then ByteLevel (with the GPT-2 regex when bytelevel_re). */
@@ -34,6 +38,7 @@ static const PreName PRE_NAMES[] = {
     {"llama-bpe", LLAMA3_RE, false, false, 1},
     {"smaug-bpe", LLAMA3_RE, false, false, 0},
     {"qwen2", QWEN2_RE, false, false, 0},
+    {"gpt-4o", GPT4O_RE, false, false, 0},
     {"smollm", NULL, true, true, 0},
 };
 
@@ -64,8 +69,11 @@ static const char *bpe_pre_name(const Tokenizer *t) {
         if (pn->ignore_merges >= 0 && (pn->ignore_merges != 0) != t->ignore_merges) continue;
         const PreTokenizer *first = stage(p, 0, &n);
         if (pn->split_re) {
-            bool ok = first->kind == PRE_SPLIT && first->behavior == SPLIT_ISOLATED && !first->invert
-                      && first->pattern && !strcmp(first->pattern, pn->split_re);
+            /* Isolated, or Removed with invert (keep the matches, drop the rest: the same where, as in
+             * these regexes, the matches cover the text) */
+            bool keep = (first->behavior == SPLIT_ISOLATED && !first->invert)
+                        || (first->behavior == SPLIT_REMOVED && first->invert);
+            bool ok = first->kind == PRE_SPLIT && keep && first->pattern && !strcmp(first->pattern, pn->split_re);
             if (!ok) continue;
         }
         if (pn->digits && (first->kind != PRE_DIGITS || !first->individual_digits)) continue;
@@ -78,22 +86,44 @@ static bool is_metaspace(const char *s, size_t n) {
     return n == 3 && !memcmp(s, "\xE2\x96\x81", 3);
 }
 
+static bool is_space_to_metaspace(const Normalizer *b) {
+    return b->kind == NORM_REPLACE && !b->has_regex && b->a_len == 1 && b->a[0] == ' ' && is_metaspace(b->b, b->b_len);
+}
+
 /* Llama 2's sentencepiece layout: Prepend("▁") + Replace(" ", "▁") and no
  * pre-tokenizer, or no normalizer and Metaspace("▁", prepend first/always,
- * no split). Both are llama.cpp's SPM with add_space_prefix. */
-static bool is_spm_layout(const Tokenizer *t) {
+ * no split). Both are llama.cpp's SPM with add_space_prefix. Gemma's:
+ * Replace(" ", "▁") alone, and no pre-tokenizer or a Split on " " (which
+ * finds no space left after the normalizer): SPM without add_space_prefix
+ * (*space_prefix false), as Gemma{2,3}Model.set_vocab writes it. */
+static bool is_spm_layout(const Tokenizer *t, bool *space_prefix) {
     if (!t->byte_fallback || t->byte_level) return false;
     const Normalizer *n = t->normalizer;
     const PreTokenizer *p = t->pre_tokenizer;
+    *space_prefix = true;
     if (n && !p && n->kind == NORM_SEQUENCE && n->n_children == 2) {
         const Normalizer *a = &n->children[0];
-        const Normalizer *b = &n->children[1];
-        return a->kind == NORM_PREPEND && is_metaspace(a->a, a->a_len) && b->kind == NORM_REPLACE && !b->has_regex
-               && b->a_len == 1 && b->a[0] == ' ' && is_metaspace(b->b, b->b_len);
+        return a->kind == NORM_PREPEND && is_metaspace(a->a, a->a_len) && is_space_to_metaspace(&n->children[1]);
     }
     if (!n && p && p->kind == PRE_METASPACE)
         return is_metaspace(p->replacement, p->replacement_len) && p->prepend_scheme != PREPEND_NEVER && !p->split;
+    bool split_space = p && p->kind == PRE_SPLIT && !p->invert && p->pattern && !strcmp(p->pattern, " ");
+    if (n && is_space_to_metaspace(n) && (!p || split_space)) {
+        *space_prefix = false;
+        return true;
+    }
     return false;
+}
+
+/* Added tokens beyond the model's embedding (Gemma 3's tokenizer.json has
+ * <image_soft_token> at 262144 for a vocab_size of 262144): the converter
+ * leaves them out ("id is out of range"), as here; any other token past
+ * the embedding is an error. */
+static int32_t tokens_in_model(const Tokenizer *t, int32_t vocab_size) {
+    if (t->vocab_size <= vocab_size) return t->vocab_size;
+    for (int32_t id = vocab_size; id < t->vocab_size; id++)
+        if (!t->added[id]) return t->vocab_size;
+    return vocab_size;
 }
 
 typedef struct {
@@ -203,22 +233,23 @@ static void special_flags(const Tokenizer *t, TokGgufMeta *m) {
 
 int tokenizer_gguf_meta(const Tokenizer *t, int32_t vocab_size, int32_t eos_fallback, TokGgufMeta *m) {
     memset(m, 0, sizeof *m);
-    if (t->vocab_size > vocab_size)
+    if (tokens_in_model(t, vocab_size) > vocab_size)
         return error_set("%s: the tokenizer has %d tokens but the model's embedding only %d rows", t->json_path,
                          (int)t->vocab_size, (int)vocab_size);
-    bool spm = is_spm_layout(t);
+    bool space_prefix;
+    bool spm = is_spm_layout(t, &space_prefix);
     if (spm) {
         m->model = "llama";
         m->pre = "default";
-        m->add_space_prefix = true;
+        m->add_space_prefix = space_prefix;
     } else {
         bool norm_ok = !t->normalizer || t->normalizer->kind == NORM_NFC;
         m->model = "gpt2";
         m->pre = t->byte_level && norm_ok ? bpe_pre_name(t) : NULL;
         if (!m->pre)
             return error_set("%s: llama.cpp has no tokenizer that splits text as this one does (GGUF knows byte-level "
-                             "BPE with the GPT-2, Llama 3, Qwen2 or SmolLM pre-tokenizer, and Llama 2's "
-                             "sentencepiece BPE)", t->json_path);
+                             "BPE with the GPT-2, Llama 3, Qwen2, SmolLM or GPT-4o pre-tokenizer, and Llama 2's and "
+                             "Gemma's sentencepiece BPE)", t->json_path);
     }
     m->n = vocab_size;
     m->tokens = mem_calloc((size_t)vocab_size + 1, sizeof *m->tokens);
@@ -238,10 +269,11 @@ int tokenizer_gguf_meta(const Tokenizer *t, int32_t vocab_size, int32_t eos_fall
     }
     mem_free(mg);
     if (rc < 0) goto fail;
-    m->bos = t->bos_id;
+    m->bos = t->bos_id < vocab_size ? t->bos_id : -1;
     m->eos = t->eos_id >= 0 ? t->eos_id : eos_fallback;
-    m->pad = t->pad_id;
-    m->unk = t->unk_id;
+    m->eos = m->eos < vocab_size ? m->eos : -1;
+    m->pad = t->pad_id < vocab_size ? t->pad_id : -1;
+    m->unk = t->unk_id < vocab_size ? t->unk_id : -1;
     special_flags(t, m);
     m->chat_template = t->chat_template;
     return 0;

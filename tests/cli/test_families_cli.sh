@@ -6,9 +6,12 @@
 # length inside the training rows) and a SmolLM3 (NoPE layers): train LoRA
 # with checkpointing (its arena stays inside the plan), generate greedily
 # (twice the same text), fuse (the fused model's test loss equals base +
-# adapter's), the PEFT export (target_modules), and the GGUF export refused
-# with a message before anything is written (no llama.cpp form for these
-# families yet).
+# adapter's), the PEFT export (target_modules), and the GGUF export under
+# llama.cpp's architecture name (fused model and LoRA adapter; run by llama.cpp
+# in tests/llama/test_llama_families.c), except for this SmolLM3, whose NoPE
+# layers (every 2nd) are not llama.cpp's (every 4th): refused with the reason
+# before anything is written. And a tokenizer llama.cpp would split differently:
+# --export-gguf refused before the fuse writes anything, the GGUF adapter written.
 set -euo pipefail
 BIN=${LMTUNE_BIN:-./lmtune}
 T=$(mktemp -d /tmp/lmtune-fam-XXXXXX); trap 'rm -rf "$T"' EXIT
@@ -40,7 +43,7 @@ cat >"$T/smollm3.json" <<'JSON'
 {"model_type": "smollm3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 259, "no_rope_layer_interval": 2}
 JSON
-declare -A TYPE=([gemma3]=gemma3_text [phi3]=phi3 [smollm3]=smollm3)
+declare -A ARCH=([gemma3]=gemma3 [phi3]=phi3 [smollm3]=smollm3)
 declare -A TARGET=([gemma3]=gate_proj [phi3]=gate_up_proj [smollm3]=q_proj)
 for f in gemma3 phi3 smollm3; do
   m="$T/$f"
@@ -63,11 +66,28 @@ PYEOF
   cmp -s "$m.g1" "$m.g2" || fail "$f: greedy generation differs between runs"
   "$BIN" fuse --model "$m" --adapter-path "$m-ad" --save-path "$m-fused" --export-peft "$m-peft" \
     >/dev/null || fail "$f: fuse"
-  # no GGUF form for these families yet: refused before anything is written
-  if "$BIN" fuse --model "$m" --adapter-path "$m-ad" --save-path "$m-gg" --export-gguf --gguf-path "$m.gguf" \
-    >/dev/null 2>"$m.gerr"; then fail "$f: GGUF export accepted"; fi
-  grep -q "model_type \"${TYPE[$f]}\" has no GGUF export" "$m.gerr" || { cat "$m.gerr"; fail "$f: GGUF message"; }
-  [ ! -e "$m.gguf" ] && [ ! -e "$m-gg" ] || fail "$f: a refused GGUF export wrote files"
+  if [ "$f" = smollm3 ]; then
+    # llama.cpp's smollm3 has NoPE on every 4th layer only: refused before anything is written
+    if "$BIN" fuse --model "$m" --adapter-path "$m-ad" --save-path "$m-gg" --export-gguf --gguf-path "$m.gguf" \
+      >/dev/null 2>"$m.gerr"; then fail "$f: GGUF export accepted"; fi
+    grep -q "llama.cpp's smollm3 skips RoPE on every 4th layer" "$m.gerr" || { cat "$m.gerr"; fail "$f: GGUF message"; }
+    [ ! -e "$m.gguf" ] && [ ! -e "$m-gg" ] || fail "$f: a refused GGUF export wrote files"
+  else
+    "$BIN" fuse --model "$m" --adapter-path "$m-ad" --save-path "$m-gg" --export-gguf --gguf-path "$m.gguf" \
+      --export-gguf-adapter "$m-lora.gguf" >/dev/null 2>"$m.gerr" || { cat "$m.gerr"; fail "$f: GGUF export"; }
+    for g in "$m.gguf" "$m-lora.gguf"; do
+      $PY - "$g" "${ARCH[$f]}" <<'PYEOF' || fail "$f: $g is not a GGUF file of architecture ${ARCH[$f]}"
+import struct, sys
+b = open(sys.argv[1], "rb").read(4096)
+assert b[:4] == b"GGUF", b[:4]
+key = b"general.architecture"
+i = b.index(key) + len(key)
+assert struct.unpack_from("<I", b, i)[0] == 8  # string
+n = struct.unpack_from("<Q", b, i + 4)[0]
+assert b[i + 12:i + 12 + n].decode() == sys.argv[2], b[i + 12:i + 12 + n]
+PYEOF
+    done
+  fi
   a=$("$BIN" eval --model "$m" --adapter-path "$m-ad" --data "$T/data" | sed -n 's/^Test loss \([0-9.]*\),.*/\1/p')
   b=$("$BIN" eval --model "$m-fused" --data "$T/data" | sed -n 's/^Test loss \([0-9.]*\),.*/\1/p')
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "$f: fused test loss '$b' vs base + adapter '$a'"
@@ -75,4 +95,21 @@ PYEOF
     "$m-peft/adapter_config.json" "${TARGET[$f]}" || fail "$f: PEFT target_modules"
   echo "$f: trained, generated '$(head -c 40 "$m.g1" | tr '\n' ' ')', fused (test loss $a), exported"
 done
-echo "summary families_cli: 3 families through train, generate, fuse and PEFT (GGUF refused)"
+# a tokenizer llama.cpp would split differently: --export-gguf is refused before the fuse writes anything
+# (the GGUF LoRA adapter, which carries no tokenizer, is still written)
+cp -r "$T/phi3" "$T/tk"
+$PY - "$T/tk/tokenizer.json" <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "\\p{L}+|\\s+|."}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+json.dump(t, open(sys.argv[1], "w"))
+PYEOF
+if "$BIN" fuse --model "$T/tk" --adapter-path "$T/phi3-ad" --save-path "$T/tk-fused" --export-gguf \
+  >/dev/null 2>"$T/tk.err"; then fail "unsplittable tokenizer: GGUF export accepted"; fi
+grep -q "llama.cpp has no tokenizer that splits text as this one does" "$T/tk.err" || { cat "$T/tk.err"; fail "tk"; }
+[ ! -e "$T/tk-fused" ] || fail "a refused GGUF export left a fused model"
+"$BIN" fuse --model "$T/tk" --adapter-path "$T/phi3-ad" --no-fuse --export-gguf-adapter "$T/tk.gguf" >/dev/null ||
+  fail "GGUF adapter of a model with an unsplittable tokenizer"
+echo "summary families_cli: 3 families through train, generate, fuse, PEFT and GGUF (smollm3's NoPE layout refused)"

@@ -13,8 +13,11 @@
  *   - the MLX affine expansion (every bits, group, scale dtype, F32 and BF16
  *     tiles, column ranges) and the fused GEMV of decoding give the same bits
  *     in both variants;
- *   - LMTUNE_NO_AVX512=1 turns the AVX-512 variants and oneDNN's bf16
- *     products off (checked in a child process: the choice is made once).
+ *   - attention's bf16 tile products (AttnParams.bf16, AVX512_BF16) against
+ *     the fp32 kernel within bf16 bounds, and the fp32 bits wherever bf16
+ *     does not apply (portable variant, head dims not a multiple of 32);
+ *   - LMTUNE_NO_AVX512=1 turns the AVX-512 variants, oneDNN's bf16
+ *     products and attention's bf16 products off (checked in a child process: the choice is made once).
  * A build without the choice (make NATIVE=1, non-x86) has one variant: only
  * the scalar comparisons run, and the test says so. */
 #include <math.h>
@@ -41,8 +44,12 @@ extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
 extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
 extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
+extern __typeof__(bf16_gemv) bf16_gemv_base, bf16_gemv_avx512;
 extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
 extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
+extern __typeof__(glu_forward) glu_forward_base, glu_forward_avx512;
+extern __typeof__(glu_backward) glu_backward_base, glu_backward_avx512;
+extern __typeof__(glu_backward_set) glu_backward_set_base, glu_backward_set_avx512;
 #endif
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -129,6 +136,99 @@ static void test_bf16_vectors(void) {
 #if defined(LT_ISA_DISPATCH)
 static bool same_bits(const float *a, const float *b, size_t n) {
     return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+static double rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* AttnParams.bf16: the tile products in bf16 (AVX512_BF16) against the fp32
+ * kernel. Rounding the operands of each product to bf16 (8 significant
+ * bits, relative error <= 2^-9) gives errors of a few 2^-9 relative, in
+ * the outputs and gradients alike; the bounds are 1e-2 relative (L2 over
+ * the tensor; about 5 x 2^-9) and 2e-2 absolute on the log-sum-exp.
+ * Where bf16 does not apply (the portable variant, head dims not a multiple
+ * of 32, a CPU without AVX512_BF16) the bits are the fp32 kernel's. */
+static void test_attention_bf16(int B, int T, int H, int KVH, int D, int window, float softcap) {
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
+    AttnParams ab = ap;
+    ab.bf16 = true;
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D, nl = (size_t)B * H * T;
+    float *q = rand_vec(nq, 1.5f), *k = rand_vec(nk, 1.5f), *v = rand_vec(nk, 1.0f), *dout = rand_vec(nq, 1.0f);
+    float *out[3], *lse[3], *dq[3], *dk[3], *dv[3];
+    float *ws = malloc(attention_workspace_floats(B, T, H, KVH, D) * sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        out[i] = calloc(nq, sizeof(float));
+        lse[i] = calloc(nl, sizeof(float));
+        dq[i] = calloc(nq, sizeof(float));
+        dk[i] = calloc(nk, sizeof(float));
+        dv[i] = calloc(nk, sizeof(float));
+    }
+    /* 0: fp32; 1: bf16 requested (public entry point); 2: bf16 requested of the portable variant */
+    attention_forward(out[0], lse[0], q, k, v, B, T, H, KVH, D, &ap);
+    attention_backward(dq[0], dk[0], dv[0], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
+    attention_forward(out[1], lse[1], q, k, v, B, T, H, KVH, D, &ab);
+    /* the backward from the fp32 forward's out and lse: the gradients' own error */
+    attention_backward(dq[1], dk[1], dv[1], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ab);
+    bool applies = attention_bf16_supported() && D % 32 == 0;
+    if (applies) {
+        double eo = rel_l2(out[1], out[0], nq), el = max_abs_diff(lse[1], lse[0], nl);
+        double eq = rel_l2(dq[1], dq[0], nq), ek = rel_l2(dk[1], dk[0], nk), ev = rel_l2(dv[1], dv[0], nk);
+        CHECK_MSG(eo < 1e-2 && el < 2e-2, "attention bf16 forward (T %d H %d KVH %d D %d window %d cap %g): "
+                  "out rel %.3g, lse abs %.3g", T, H, KVH, D, window, softcap, eo, el);
+        CHECK_MSG(eq < 1e-2 && ek < 1e-2 && ev < 1e-2, "attention bf16 backward (T %d H %d KVH %d D %d window %d "
+                  "cap %g): dq %.3g dk %.3g dv %.3g", T, H, KVH, D, window, softcap, eq, ek, ev);
+        /* not fp32 by accident: bf16 rounding leaves a visible difference */
+        CHECK_MSG(eo > 1e-5 && eq > 1e-5, "attention bf16 (D %d): the same as fp32 (%.3g, %.3g)", D, eo, eq);
+        /* the same bits on one thread (a fixed summation order, as the fp32 kernel) */
+        int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        attention_forward(out[2], lse[2], q, k, v, B, T, H, KVH, D, &ab);
+        memset(dq[2], 0, nq * sizeof(float));
+        memset(dk[2], 0, nk * sizeof(float));
+        memset(dv[2], 0, nk * sizeof(float));
+        attention_backward(dq[2], dk[2], dv[2], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ab);
+        omp_set_num_threads(threads);
+        bool same_t = same_bits(out[1], out[2], nq) && same_bits(lse[1], lse[2], nl) && same_bits(dq[1], dq[2], nq) &&
+                      same_bits(dk[1], dk[2], nk) && same_bits(dv[1], dv[2], nk);
+        CHECK_MSG(same_t, "attention bf16 (D %d): 1 thread and %d threads differ", D, threads);
+        memset(dq[2], 0, nq * sizeof(float));
+        memset(dk[2], 0, nk * sizeof(float));
+        memset(dv[2], 0, nk * sizeof(float));
+        printf("attention bf16 B %d T %3d H %d KVH %d D %3d window %3d cap %4g: rel err out %.2e lse %.2e "
+               "dq %.2e dk %.2e dv %.2e\n", B, T, H, KVH, D, window, softcap, eo, el, eq, ek, ev);
+    } else {
+        bool same = same_bits(out[0], out[1], nq) && same_bits(lse[0], lse[1], nl) && same_bits(dq[0], dq[1], nq) &&
+                    same_bits(dk[0], dk[1], nk) && same_bits(dv[0], dv[1], nk);
+        CHECK_MSG(same, "attention bf16 requested, D %d, not applicable here: not the fp32 bits", D);
+        printf("attention bf16 requested, D %3d: fp32 products here (%s), same bits\n", D,
+               attention_bf16_supported() ? "head dim not a multiple of 32" : "no AVX512_BF16");
+    }
+#if defined(LT_ISA_DISPATCH)
+    attention_forward_base(out[2], lse[2], q, k, v, B, T, H, KVH, D, &ab);
+    attention_backward_base(dq[2], dk[2], dv[2], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ab);
+    bool base_same = same_bits(out[0], out[2], nq) && same_bits(lse[0], lse[2], nl) && same_bits(dq[0], dq[2], nq) &&
+                     same_bits(dk[0], dk[2], nk) && same_bits(dv[0], dv[2], nk);
+    CHECK_MSG(base_same, "attention bf16 requested of the portable variant: not the fp32 bits (D %d)", D);
+#endif
+    for (int i = 0; i < 3; i++) {
+        free(out[i]);
+        free(lse[i]);
+        free(dq[i]);
+        free(dk[i]);
+        free(dv[i]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(ws);
 }
 
 /* ap: the plain causal case, or a sliding window and soft-capped scores
@@ -288,6 +388,47 @@ static void test_affine_variants(int bits, int group, DType t) {
     free(biases);
 }
 
+/* The bf16 GEMV of decoding: both compiles give the same bits, for an fp32
+ * input and a bf16 one, rows not a multiple of 4 and columns not of 16;
+ * and the result is x W^T within fp32 rounding of a float64 sum. */
+static void test_bf16_gemv_variants(int rows, int cols, int N) {
+    float *wf = rand_vec((size_t)rows * cols, 1.0f);
+    uint16_t *w = malloc((size_t)rows * cols * sizeof *w);
+    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = f32_to_bf16(wf[i]);
+    float *x = rand_vec((size_t)N * cols, 1.0f);
+    uint16_t *x16 = malloc((size_t)N * cols * sizeof *x16);
+    for (size_t i = 0; i < (size_t)N * cols; i++) x16[i] = f32_to_bf16(x[i]);
+    float *bias = rand_vec((size_t)rows, 0.1f);
+    for (int in16 = 0; in16 < 2; in16++) {
+        float *y[2];
+        for (int v = 0; v < 2; v++) y[v] = calloc((size_t)N * rows, sizeof(float));
+        bf16_gemv_base(y[0], (size_t)rows, in16 ? NULL : x, in16 ? x16 : NULL, w, rows, cols, bias, N);
+        bf16_gemv_avx512(y[1], (size_t)rows, in16 ? NULL : x, in16 ? x16 : NULL, w, rows, cols, bias, N);
+        double worst = 0.0;
+        for (int n = 0; n < N; n++) {
+            for (int o = 0; o < rows; o++) {
+                double ref = bias[o], mag = fabs(bias[o]);
+                for (int c = 0; c < cols; c++) {
+                    double xv = in16 ? bf16_to_f32(x16[(size_t)n * cols + c]) : x[(size_t)n * cols + c];
+                    ref += (double)bf16_to_f32(w[(size_t)o * cols + c]) * xv;
+                    mag += fabs((double)bf16_to_f32(w[(size_t)o * cols + c]) * xv);
+                }
+                double e = fabs(y[0][(size_t)n * rows + o] - ref) / mag;
+                if (e > worst) worst = e;
+            }
+        }
+        bool same = same_bits(y[0], y[1], (size_t)N * rows);
+        CHECK_MSG(same && worst < 1e-6, "bf16 GEMV %d x %d, %d rows of %s input: variants %s, error %.2e",
+                  rows, cols, N, in16 ? "bf16" : "fp32", same ? "same" : "DIFFERENT", worst);
+        for (int v = 0; v < 2; v++) free(y[v]);
+    }
+    free(wf);
+    free(w);
+    free(x);
+    free(x16);
+    free(bias);
+}
+
 static void test_affine_all(void) {
     static const int bits[] = {2, 3, 4, 5, 6, 8};
     static const int groups[] = {32, 64, 128};
@@ -390,6 +531,41 @@ static void test_gated_delta_variants(int B, int T, int Hk, int Hv, int Dk, int 
 }
 #endif
 
+#if defined(LT_ISA_DISPATCH)
+/* GLU forward, backward (accumulating and set), rows of stride ld (fused gate_up: 2F) */
+static void test_glu_variants(int act, size_t rows, size_t F, bool fused) {
+    size_t ld = fused ? 2 * F : F, n = rows * ld;
+    float *gu = rand_vec(2 * n, 6.0f), *dout = rand_vec(rows * F, 1.0f);
+    const float *g = gu, *u = fused ? gu + F : gu + n;
+    float *out[2], *dgu[2], *dgs[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = calloc(rows * F, sizeof(float));
+        dgu[i] = rand_vec(2 * n, 1.0f);
+        dgs[i] = calloc(2 * n, sizeof(float));
+    }
+    memcpy(dgu[1], dgu[0], 2 * n * sizeof(float));
+    glu_forward_base(out[0], g, u, rows, F, ld, act);
+    glu_forward_avx512(out[1], g, u, rows, F, ld, act);
+    glu_backward_base(dgu[0], dgu[0] + (fused ? F : n), dout, g, u, rows, F, ld, act);
+    glu_backward_avx512(dgu[1], dgu[1] + (fused ? F : n), dout, g, u, rows, F, ld, act);
+    glu_backward_set_base(dgs[0], dgs[0] + (fused ? F : n), dout, g, u, rows, F, ld, act);
+    glu_backward_set_avx512(dgs[1], dgs[1] + (fused ? F : n), dout, g, u, rows, F, ld, act);
+    bool fwd = same_bits(out[0], out[1], rows * F), bwd = same_bits(dgu[0], dgu[1], 2 * n),
+         set = same_bits(dgs[0], dgs[1], 2 * n);
+    CHECK_MSG(fwd && bwd && set, "glu act %d rows %zu F %zu%s: variants differ (forward %d, backward %d, set %d)", act,
+              rows, F, fused ? " fused" : "", fwd, bwd, set);
+    printf("glu act %d rows %zu F %zu%s: %s\n", act, rows, F, fused ? " fused" : "",
+           fwd && bwd && set ? "same bits" : "DIFFERENT");
+    for (int i = 0; i < 2; i++) {
+        free(out[i]);
+        free(dgu[i]);
+        free(dgs[i]);
+    }
+    free(gu);
+    free(dout);
+}
+#endif
+
 /* The choice under LMTUNE_NO_AVX512=1, from a child process. */
 static void test_switch(const char *self) {
     char cmd[1200];
@@ -402,7 +578,8 @@ static void test_switch(const char *self) {
     }
     printf("with LMTUNE_NO_AVX512=1: %s", line);
 #if defined(__x86_64__)
-    CHECK_MSG(strstr(line, "avx512 0 bf16 0") != NULL, "LMTUNE_NO_AVX512=1 left something on: %s", line);
+    CHECK_MSG(strstr(line, "avx512 0 bf16 0 attention-bf16 0") != NULL, "LMTUNE_NO_AVX512=1 left something on: %s",
+              line);
 #endif
 #if defined(LT_ISA_DISPATCH)
     CHECK_MSG(strstr(line, "disabled by LMTUNE_NO_AVX512") || strstr(line, "no AVX-512 on this CPU"), "%s", line);
@@ -411,7 +588,8 @@ static void test_switch(const char *self) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--describe")) {
-        printf("%s: avx512 %d bf16 %d\n", isa_describe(), isa_avx512(), matmul_bf16_supported());
+        printf("%s: avx512 %d bf16 %d attention-bf16 %d\n", isa_describe(), isa_avx512(), matmul_bf16_supported(),
+               attention_bf16_supported());
         return 0;
     }
     printf("kernels: %s; bf16 products: %s\n", isa_describe(), matmul_bf16_supported() ? "yes" : "no");
@@ -426,6 +604,14 @@ int main(int argc, char **argv) {
         test_attention_variants(2, 150, 2, 1, 24, 5, 0.0f);
         test_attention_variants(1, 130, 4, 2, 32, 0, 2.5f);
         test_attention_variants(1, 190, 2, 1, 256, 70, 3.0f);
+        /* bf16 tile products: SmolLM2's and Llama's heads, D 128 and 256, partial tiles, windows, soft-capping,
+         * and a head dim that keeps fp32 */
+        test_attention_bf16(2, 300, 9, 3, 64, 0, 0.0f);
+        test_attention_bf16(1, 256, 4, 1, 128, 0, 0.0f);
+        test_attention_bf16(1, 200, 4, 2, 64, 37, 0.0f);
+        test_attention_bf16(1, 130, 4, 2, 32, 0, 2.5f);
+        test_attention_bf16(1, 190, 2, 1, 256, 70, 3.0f);
+        test_attention_bf16(1, 70, 6, 3, 80, 0, 0.0f);
         test_lmhead_variants(DTYPE_F32, 0.0f);
         test_lmhead_variants(DTYPE_F32, 4.0f);
         if (matmul_bf16_supported()) {
@@ -433,9 +619,15 @@ int main(int argc, char **argv) {
             test_lmhead_variants(DTYPE_BF16, 4.0f);
         }
         test_affine_all();
+        test_bf16_gemv_variants(37, 200, 1);
+        test_bf16_gemv_variants(64, 896, 4);
         test_gated_delta_variants(2, 100, 2, 4, 32, 64, 16);
         test_gated_delta_variants(1, 70, 1, 2, 24, 40, 64);
         test_gated_delta_variants(1, 130, 2, 2, 128, 128, 64);
+        for (int act = 0; act < 2; act++) {
+            test_glu_variants(act, 37, 29, false);   /* a vector and a scalar tail per row */
+            test_glu_variants(act, 5, 4100, true);   /* rows split across work items */
+        }
     } else {
         printf("no AVX-512 variant runs here: the variants are not compared\n");
     }

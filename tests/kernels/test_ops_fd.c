@@ -328,6 +328,18 @@ static double test_glu(int act, bool fused) {
     glu_backward(dg, du, c.probe, g, u, c.rows, c.F, c.ld, act);
     double e = fd_check(act == GLU_SILU ? "swiglu dgate/dup" : "geglu dgate/dup", c.gu, 2 * n, dgu, glu_obj, &c,
                         1e-3, 2 * n);
+    /* glu_backward_set overwrites: the same values as accumulating into zeros, whatever was there */
+    float *dgu2 = rand_vec(2 * n, 9);
+    glu_backward_set(dgu2, dgu2 + (fused ? c.F : n), c.probe, g, u, c.rows, c.F, c.ld, act);
+    size_t diff = 0;
+    for (size_t r = 0; r < c.rows; r++)
+        for (size_t j = 0; j < c.F; j++) {
+            size_t ig = fused ? r * c.ld + j : r * c.F + j, iu = fused ? ig + c.F : ig + n;
+            diff += dgu2[ig] != dgu[ig] || dgu2[iu] != dgu[iu];
+        }
+    CHECK_MSG(diff == 0, "glu act %d: glu_backward_set differs from glu_backward into zeros at %zu elements", act,
+              diff);
+    free(dgu2);
     printf("glu %s%s: rel err %.3g (forward abs err %.3g)\n", act == GLU_SILU ? "silu" : "gelu_tanh",
            fused ? " fused rows" : "", e, ef);
     free(c.gu); free(c.probe); free(c.out); free(dgu);

@@ -12,7 +12,7 @@
 //          [[V floats] per position of logits_at], "greedy": [N ids]}],
 //          "tokenize": [[ids] per text], "tokenize_nfc": [[ids] of each text
 //          after String.normalize("NFC"), when asked], "bos": id|null, "eos": id|null,
-//          "add_bos": bool}]}
+//          "add_bos": bool}, or {"error": message} when llama.cpp cannot load the model]}
 //
 // Logits are llama.cpp's raw logits: a temperature-0 sampler chain is the
 // greedy sampler alone, which leaves them as they are. The KV cache is F32
@@ -63,7 +63,15 @@ async function runOne(context, run) {
 
 const results = [];
 for (const job of spec.jobs) {
-  const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0, vocabOnly: !!job.vocab_only });
+  let model;
+  try {
+    model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0, vocabOnly: !!job.vocab_only });
+  } catch (e) {
+    // a file this llama.cpp cannot load (an unknown architecture): the job's
+    // answer is the error, for the test to report
+    results.push({ error: String(e?.message ?? e) });
+    continue;
+  }
   const out = { bos: model.tokens.bos ?? null, eos: model.tokens.eos ?? null,
                 add_bos: model.tokens.shouldPrependBosToken };
   if (job.tokenize) out.tokenize = job.tokenize.map((t) => Array.from(model.tokenize(t, true)));

@@ -102,7 +102,10 @@ static inline int copy_file(const char *from_dir, const char *to_dir, const char
 }
 
 /* The weights of a GGUF export as lmtune's own f32 model directory:
- * every tensor dequantized, q/k rows put back in Hugging Face's order. */
+ * every tensor dequantized, q/k rows put back in Hugging Face's order,
+ * Gemma's norms back to zero-centred (stored w + 1; Gemma 3's q_norm also
+ * carries the attention-scale fold of gguf_export.c, sqrt(head_dim) times
+ * the model's scale, for models of other than 62 layers). */
 static inline int write_dequantized(const char *gguf, const char *fused_dir, const char *out_dir) {
     ModelConfig c;
     char p[512];
@@ -121,7 +124,7 @@ static inline int write_dequantized(const char *gguf, const char *fused_dir, con
         char name[96];
         const ModelTensorSpec *s = &specs[i];
         const GgufTensorInfo *t = NULL;
-        if (gguf_tensor_name(arch, s->name, name, sizeof name) == 0) t = gguf_find_tensor(&g, name);
+        if (gguf_tensor_name_of(arch, &c, s->name, name, sizeof name) == 0) t = gguf_find_tensor(&g, name);
         if (!t) {
             rc = error_set("%s: no tensor for %s", gguf, s->name);
             break;
@@ -133,6 +136,12 @@ static inline int write_dequantized(const char *gguf, const char *fused_dir, con
         size_t rb = ggml_row_bytes(t->type, cols);
         for (int64_t r = 0; r < rows; r++)
             ggml_dequantize_row(t->type, (const uint8_t *)t->data + r * rb, x + r * cols, cols);
+        size_t nl = strlen(s->name);
+        if (c.norm_plus_one && nl >= 11 && !strcmp(s->name + nl - 11, "norm.weight")) {
+            bool q = nl >= 23 && !strcmp(s->name + nl - 23, "self_attn.q_norm.weight");
+            float fold = q && !strcmp(arch->arch, "gemma3") ? sqrtf((float)c.head_dim) * hf_attention_scale(&c) : 1;
+            for (int64_t k = 0; k < t->nelem; k++) x[k] = x[k] / fold - 1.0f;
+        }
         bool perm = arch->permute_qk && (strstr(s->name, "q_proj") || strstr(s->name, "k_proj"));
         if (t->n_dims == 1) {
             /* a bias: its elements are the permuted rows */

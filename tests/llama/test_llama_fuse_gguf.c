@@ -40,6 +40,7 @@
 #include "check.h"
 #include "llama_models.h"
 #include "llama_run.h"
+#include "cli_run.h"
 #include "requant.h"
 #include "model/gguf_export.h"
 #include "tokenizer/tokenizer.h"
@@ -75,28 +76,6 @@ static const Case CASES[] = {
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
-static char root[128];
-static const char *bin;
-
-static char *path(const char *c, const char *name) {
-    static char buf[16][320];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s/%s", root, c, name);
-    return buf[k];
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[2400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    if (rc != 0) fprintf(stderr, "failed (%d): %s\n", rc, cmd);
-    return rc == 0 ? 0 : -1;
-}
 
 /* lmtune's answers on one model (+ adapter). */
 typedef struct {

@@ -261,8 +261,9 @@ def mixed_bits(recipe, path, layers):
 def convert_cases():
     """convert_src: a bf16 llama (4 blocks, so the mixed recipe gives both bit
     widths) with constant and extreme rows; convert_q4g64 and
-    convert_mixed_3_6_g32: the tensors and quantization mlx_lm.convert -q
-    writes for it; convert_q4g64_deq: convert -d of the former."""
+    convert_mixed_<recipe>_g<group> (each of the four recipes): the tensors and
+    quantization mlx_lm.convert -q writes for it; convert_q4g64_deq:
+    convert -d of the first."""
     cfg = gr.hf_config("llama", 64, 4, 2, 1, 64, 32, tied=False, dtype="bfloat16")
     gen = torch.Generator().manual_seed(105)
     w = gr.make_weights(cfg, gen)
@@ -278,7 +279,11 @@ def convert_cases():
         json.dump(cfg, f, indent=2)
     save_safetensors(os.path.join(d, "model.safetensors"), src, {"format": "pt"})
     layers = cfg["num_hidden_layers"]
-    for name, recipe, bits, group in (("convert_q4g64", None, 4, 64), ("convert_mixed_3_6_g32", "mixed_3_6", 4, 32)):
+    # every mixed recipe of mlx_lm.convert, at both group sizes the 64-wide rows allow
+    cases = (("convert_q4g64", None, 4, 64), ("convert_mixed_3_6_g32", "mixed_3_6", 4, 32),
+             ("convert_mixed_2_6_g64", "mixed_2_6", 4, 64), ("convert_mixed_3_4_g64", "mixed_3_4", 4, 64),
+             ("convert_mixed_4_6_g32", "mixed_4_6", 4, 32))
+    for name, recipe, bits, group in cases:
         quant = {"group_size": group, "bits": bits, "mode": "affine"}
         out, deq = {}, {}
         for k in sorted(src):
@@ -306,7 +311,7 @@ def convert_cases():
             od = os.path.join(DATA, "convert_q4g64_deq")
             os.makedirs(od, exist_ok=True)
             save_safetensors(os.path.join(od, "model.safetensors"), deq, {"format": "mlx"})
-    print("  wrote convert_src, convert_q4g64, convert_mixed_3_6_g32, convert_q4g64_deq")
+    print("  wrote convert_src, convert_q4g64, convert_q4g64_deq, " + ", ".join(c[0] for c in cases[1:]))
 
 
 def lora(keys, rank, scale):

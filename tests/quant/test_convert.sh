@@ -2,7 +2,7 @@
 # test_convert.sh: `lmtune convert` against what mlx_lm.convert writes for
 # the same model, as computed by the independent reference quantizer
 # (tests/quant/mlx_affine.py, outputs in tests/quant/data/convert_*):
-# -q --q-bits 4 --q-group-size 64 and --quant-predicate mixed_3_6 give the
+# -q --q-bits 4 --q-group-size 64 and each --quant-predicate recipe give the
 # same tensors byte for byte (constant, zero and extreme groups included)
 # and the same quantization in config.json; -d gives the reference's
 # dequantized weights; the output is MLX's layout (index file, "mlx"
@@ -40,11 +40,14 @@ keys = list(json.load(open(sys.argv[1])).keys())
 sys.exit(0 if keys == sorted(keys) else 1)
 PYEOF
 
-"$BIN" convert --model $D/convert_src --mlx-path "$T/mixed" -q --quant-predicate mixed_3_6 --q-group-size 32 \
-  >/dev/null
-same_tensors "mixed_3_6" "$T/mixed/model.safetensors" $D/convert_mixed_3_6_g32/model.safetensors
-[ "$(quant_of "$T/mixed/config.json" quantization)" = "$(json_of $D/convert_mixed_3_6_g32/quantization.json)" ] \
-  && ok || bad "mixed quantization in config.json differs"
+for mixed in mixed_3_6_g32 mixed_2_6_g64 mixed_3_4_g64 mixed_4_6_g32; do
+  recipe=${mixed%_g*}; group=${mixed##*_g}
+  "$BIN" convert --model $D/convert_src --mlx-path "$T/$mixed" -q --quant-predicate "$recipe" --q-group-size "$group" \
+    >/dev/null
+  same_tensors "$recipe (group $group)" "$T/$mixed/model.safetensors" $D/convert_$mixed/model.safetensors
+  [ "$(quant_of "$T/$mixed/config.json" quantization)" = "$(json_of $D/convert_$mixed/quantization.json)" ] \
+    && ok || bad "$recipe (group $group): quantization in config.json differs"
+done
 
 "$BIN" convert --hf-path "$T/q4" --mlx-path "$T/deq" -d >/dev/null
 same_tensors "-d" "$T/deq/model.safetensors" $D/convert_q4g64_deq/model.safetensors
