@@ -14,19 +14,33 @@ SHAPES = {
     "llama-3.2-1b": dict(preset="llama-3.2-1b", hidden=2048, layers=16, heads=32, kv=8, inter=8192, vocab=128256, head_dim=64),
 }
 
-def run(cmd, env=None):
+class RunFailed(Exception):
+    """A command of run(..., check=False) that exited non-zero: .code, .err (its stderr's tail)."""
+    def __init__(self, code, err):
+        super().__init__(f"exit {code}")
+        self.code, self.err = code, err
+
+def run(cmd, env=None, check=True, max_address_space=None):
     """Runs cmd; returns (stdout, stderr, seconds, peak RSS bytes of that child
-    alone, from wait4's rusage). Exits the bench on failure."""
-    import tempfile
+    alone, from wait4's rusage). On failure exits the bench, or with
+    check=False raises RunFailed. max_address_space (bytes): RLIMIT_AS of the
+    child, so that a run that would not fit fails with an allocation error
+    instead of pushing the machine into swap or the OOM killer."""
+    import resource, tempfile
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (max_address_space, max_address_space))
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         t0 = time.time()
-        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env)
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env,
+                             preexec_fn=limit if max_address_space else None)
         _, status, ru = os.wait4(p.pid, 0)
         dt = time.time() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         fo.seek(0); fe.seek(0)
         out, err = fo.read(), fe.read()
     if p.returncode != 0:
+        if not check:
+            raise RunFailed(p.returncode, err[-3000:])
         sys.stderr.write(f"command failed ({p.returncode}): {' '.join(cmd)}\n{err[-3000:]}\n")
         raise SystemExit(1)
     return out, err, dt, ru.ru_maxrss * 1024

@@ -75,7 +75,10 @@ def gemm_peak(threads):
             if m: best[m.group(1)] = max(best[m.group(1)], float(m.group(2)))
     return best
 
-def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, steps, cpu_time=False):
+def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, steps, cpu_time=False, extra=(),
+                        info=None):
+    """Median tokens/s of the timed iterations, peak RSS, attention share, step seconds (CPU seconds with
+    cpu_time). info (a dict), if given, receives the log's "Frozen products:" line (what auto chose)."""
     md = model_dir(shape, dtype)
     dd = data_dir(seq)
     cmd = [LMTUNE, "train", "--model", md, "--data", dd, "-c", config_file(mode),
@@ -84,6 +87,7 @@ def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, s
            "--save-every", "1000000", "--adapter-path", os.path.join(WORK, "adapters"),
            "--learning-rate", "1e-5", "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
+    cmd += list(extra)
     # LMTUNE_PROFILE: the step's wall (cpu: CPU) time by kernel class (steps after the first)
     out, err, _, rss = run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads),
                                          LMTUNE_PROFILE="cpu" if cpu_time else "1"))
@@ -92,19 +96,24 @@ def lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, warmup, s
     prof = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^  (\S.*?)\s+(-?[0-9.]+) s", out, re.M)}
     attn = prof.get("attention forward", 0.0) + prof.get("attention backward", 0.0)
     share = attn / prof["step"] if prof.get("step") else float("nan")
+    if info is not None:
+        m = re.search(r"^Frozen products: (.*)$", out, re.M)
+        info["products"] = m.group(1) if m else ""
     return median(timed), rss, share, prof.get("step", float("nan"))
 
-def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps):
+def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps, warmup=3, check=True,
+                       max_address_space=None):
+    """Tuned PyTorch (bench/torch_train.py): tokens/s, peak RSS, CPU seconds per step (medians of steps)."""
     bf16 = dtype == "bf16"
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_train.py"), "--model", shape, "--mode", mode,
            "--weights", "bf16" if bf16 else "fp32", "--compute", "bf16" if bf16 else "fp32", "--batch", str(batch),
-           "--seq", str(seq), "--steps", str(steps), "--warmup", "3", "--threads", str(threads)]
+           "--seq", str(seq), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads)]
     if ckpt: cmd.append("--grad-checkpoint")
     env = dict(os.environ)
     env.pop("OPENBLAS_L2_SIZE", None)
     env.pop("OPENBLAS_CORETYPE", None)     # unset: OpenBLAS picks its AVX-512 (Cooperlake) kernels itself,
                                            # PyTorch's best setting here (the machine's default pins older ones)
-    out, _, _, rss = run(cmd, env=env)
+    out, _, _, rss = run(cmd, env=env, check=check, max_address_space=max_address_space)
     res = json.loads(out.strip().splitlines()[-1])
     TORCH_SETUP.add(f"PyTorch {res['torch']}: BLAS kernels {res['blas_kernels']}, allocator {res['allocator']}, "
                     f"ATen {res['aten_capability']}, compute {res['compute']}")
@@ -184,4 +193,5 @@ def main():
     with open(os.path.join(WORK, "results.md"), "w") as f:
         f.write(hdr + "\n" + "\n".join(rows) + "\n")
 
-main()
+if __name__ == "__main__":
+    main()
