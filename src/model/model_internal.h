@@ -69,6 +69,9 @@ typedef struct {
 } Dims;
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype);
+/* The dimensions of cfg's weights alone (no run: inference, fp32), for the
+ * walks over its matrices. */
+int dims_of_weights(Dims *d, const ModelConfig *cfg);
 /* What the safetensors headers add to the dimensions (model_weights_summary). */
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
 /* in/out features of projection p (formats/model_tensors.c's hf_proj_shape,

@@ -174,6 +174,13 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     return 0;
 }
 
+int dims_of_weights(Dims *d, const ModelConfig *cfg) {
+    ModelSpec none = {0};
+    none.type = TUNE_NONE;
+    none.weight_dtype = DTYPE_F32;
+    return dims_init(d, cfg, &none, DTYPE_F32);
+}
+
 static int max_in_features(const Dims *d) { return imax(imax(d->C, d->QD), d->F); }
 
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
