@@ -24,38 +24,42 @@ unsigned hf_block_projections(const ModelConfig *c) {
 }
 
 void hf_proj_shape(const ModelConfig *c, int p, int64_t *out, int64_t *in) {
+    const Qwen35Config *q = &c->q35;
     int64_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
     int64_t QD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
+    int64_t Kd = (int64_t)q->k_heads * q->k_dim, Vd = (int64_t)q->v_heads * q->v_dim;
+    /* inputs: the hidden size, but o_proj (attention heads), down (F), out_proj (value heads) */
+    *in = p == PROJ_O ? QD : p == PROJ_DOWN ? F : p == PROJ_LOUT ? Vd : C;
     switch (p) {
     case PROJ_Q: /* Qwen3.5: query and output gate */
-        *out = c->q35.on ? 2 * QD : QD;
-        *in = C;
+        *out = q->on ? 2 * QD : QD;
         break;
     case PROJ_K:
     case PROJ_V:
         *out = KVD;
-        *in = C;
-        break;
-    case PROJ_O:
-        *out = C;
-        *in = QD;
         break;
     case PROJ_GATE:
     case PROJ_UP:
         *out = F;
-        *in = C;
         break;
     case PROJ_QKV:
         *out = QD + 2 * KVD;
-        *in = C;
         break;
     case PROJ_GATE_UP:
         *out = 2 * F;
-        *in = C;
         break;
-    default:
+    case PROJ_LQKV: /* Gated DeltaNet: queries and keys (Hk Dk each), values (Hv Dv) */
+        *out = 2 * Kd + Vd;
+        break;
+    case PROJ_LZ:
+        *out = Vd;
+        break;
+    case PROJ_LB:
+    case PROJ_LA:
+        *out = q->v_heads;
+        break;
+    default: /* o_proj, down_proj, out_proj */
         *out = C;
-        *in = F;
         break;
     }
 }

@@ -34,7 +34,8 @@ extern const char *const PROJ_KEYS[PROJ_COUNT]; /* "self_attn.q_proj", ..., "lin
 /* Bitmask (1u << PROJ_*) of the projections of c's attention blocks (every
  * block but Qwen3.5's Gated DeltaNet ones). */
 unsigned hf_block_projections(const ModelConfig *c);
-/* (out, in) of projection p. */
+/* (out, in) of projection p: the one place a projection's shape is said
+ * (block_tensors, qwen35_tensor_specs and the model's Dims all take it). */
 void hf_proj_shape(const ModelConfig *c, int p, int64_t *out, int64_t *in);
 
 /* What a block tensor is to the model. */

@@ -32,12 +32,20 @@ static void add(ModelTensorSpec *s, size_t *k, const char *prefix, int layer, co
     t->shape[2] = ndim > 2 ? d2 : 0;
 }
 
+/* projection p's weight, shaped by hf_proj_shape */
+static void add_proj(ModelTensorSpec *s, size_t *k, const ModelConfig *c, int layer, int p) {
+    char suffix[48];
+    int64_t out, in;
+    hf_proj_shape(c, p, &out, &in);
+    snprintf(suffix, sizeof suffix, "%s.weight", PROJ_KEYS[p]);
+    add(s, k, c->q35.prefix, layer, suffix, 2, out, in, 0);
+}
+
 int qwen35_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) {
     const Qwen35Config *q = &c->q35;
-    int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
-    int64_t H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    int64_t Kd = (int64_t)q->k_heads * q->k_dim, Vd = (int64_t)q->v_heads * q->v_dim, CC = 2 * Kd + Vd;
-    int64_t K = q->conv_kernel;
+    int64_t C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, D = c->head_dim;
+    int64_t CC, K = q->conv_kernel, in;
+    hf_proj_shape(c, PROJ_LQKV, &CC, &in); /* conv channels: in_proj_qkv's outputs */
     ModelTensorSpec *s = mem_calloc(3 + (size_t)L * 14, sizeof *s);
     if (!s) return -1;
     size_t k = 0;
@@ -46,28 +54,28 @@ int qwen35_tensor_specs(const ModelConfig *c, ModelTensorSpec **out, size_t *n) 
     for (int i = 0; i < (int)L; i++) {
         add(s, &k, p, i, "input_layernorm.weight", 1, C, 0, 0);
         if (q->linear[i]) {
-            add(s, &k, p, i, "linear_attn.in_proj_qkv.weight", 2, CC, C, 0);
-            add(s, &k, p, i, "linear_attn.in_proj_z.weight", 2, Vd, C, 0);
-            add(s, &k, p, i, "linear_attn.in_proj_b.weight", 2, q->v_heads, C, 0);
-            add(s, &k, p, i, "linear_attn.in_proj_a.weight", 2, q->v_heads, C, 0);
+            add_proj(s, &k, c, i, PROJ_LQKV);
+            add_proj(s, &k, c, i, PROJ_LZ);
+            add_proj(s, &k, c, i, PROJ_LB);
+            add_proj(s, &k, c, i, PROJ_LA);
             if (q->layout == Q35_LAYOUT_MLX) add(s, &k, p, i, "linear_attn.conv1d.weight", 3, CC, K, 1);
             else add(s, &k, p, i, "linear_attn.conv1d.weight", 3, CC, 1, K);
             add(s, &k, p, i, "linear_attn.A_log", 1, q->v_heads, 0, 0);
             add(s, &k, p, i, "linear_attn.dt_bias", 1, q->v_heads, 0, 0);
             add(s, &k, p, i, "linear_attn.norm.weight", 1, q->v_dim, 0, 0);
-            add(s, &k, p, i, "linear_attn.out_proj.weight", 2, C, Vd, 0);
+            add_proj(s, &k, c, i, PROJ_LOUT);
         } else {
-            add(s, &k, p, i, "self_attn.q_proj.weight", 2, 2 * H * D, C, 0);
-            add(s, &k, p, i, "self_attn.k_proj.weight", 2, KVH * D, C, 0);
-            add(s, &k, p, i, "self_attn.v_proj.weight", 2, KVH * D, C, 0);
-            add(s, &k, p, i, "self_attn.o_proj.weight", 2, C, H * D, 0);
+            add_proj(s, &k, c, i, PROJ_Q); /* query and output gate */
+            add_proj(s, &k, c, i, PROJ_K);
+            add_proj(s, &k, c, i, PROJ_V);
+            add_proj(s, &k, c, i, PROJ_O);
             add(s, &k, p, i, "self_attn.q_norm.weight", 1, D, 0, 0);
             add(s, &k, p, i, "self_attn.k_norm.weight", 1, D, 0, 0);
         }
         add(s, &k, p, i, "post_attention_layernorm.weight", 1, C, 0, 0);
-        add(s, &k, p, i, "mlp.gate_proj.weight", 2, F, C, 0);
-        add(s, &k, p, i, "mlp.up_proj.weight", 2, F, C, 0);
-        add(s, &k, p, i, "mlp.down_proj.weight", 2, C, F, 0);
+        add_proj(s, &k, c, i, PROJ_GATE);
+        add_proj(s, &k, c, i, PROJ_UP);
+        add_proj(s, &k, c, i, PROJ_DOWN);
     }
     add(s, &k, p, -1, "norm.weight", 1, C, 0, 0);
     if (!c->tie_word_embeddings) add(s, &k, "", -1, q->head_name, 2, V, C, 0);

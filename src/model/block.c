@@ -107,6 +107,35 @@ static unsigned gate_up_mask(const Dims *d) {
     return d->gu_ld != d->F ? 1u << PROJ_GATE_UP : (1u << PROJ_GATE | 1u << PROJ_UP);
 }
 
+/* The projections of mask (separate q/k/v, or gate/up) on their shared
+ * input x (x16: its bf16 copy, or NULL): the members of the LoRA group
+ * (lora_group) by their base products and one merged A product, the others
+ * each on its own. outs and xa are indexed by PROJ_*. */
+static void proj_group_forward(Model *m, const BlockParams *bp, int layer, unsigned mask,
+                               float *const outs[PROJ_COUNT], const float *x, const uint16_t *x16,
+                               float *const xa[PROJ_COUNT], int N) {
+    unsigned grp = lora_group(m, bp, mask, N);
+    FOR_EACH_PROJ(p, mask) {
+        if (grp >> p & 1u) proj_forward_base(m, bp, p, outs[p], x, x16, N);
+        else proj_forward(m, bp, layer, p, outs[p], x, x16, xa[p], N, false);
+    }
+    if (grp) lora_group_forward(m, bp, grp, outs, xa, x, N);
+}
+
+/* Its backward: dx (N, in) = the sum of the members' input gradients (the
+ * first one sets it; dx NULL: not wanted). */
+static void proj_group_backward(Model *m, const BlockParams *bp, int layer, unsigned mask, float *dx,
+                                const float *const douts[PROJ_COUNT], const float *x,
+                                float *const xa[PROJ_COUNT], int N) {
+    unsigned grp = lora_group(m, bp, mask, N);
+    int first = __builtin_ctz(mask);
+    FOR_EACH_PROJ(p, mask) {
+        if (grp >> p & 1u) proj_backward_grouped(m, bp, layer, p, dx, p == first, douts[p], x, xa[p], N, grp);
+        else proj_backward(m, bp, layer, p, dx, p == first, douts[p], x, xa[p], N);
+    }
+    if (grp) lora_group_backward(m, bp, grp, dx, x, N);
+}
+
 void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N) {
     const Dims *d = &m->d;
     const BlockParams *bp = &m->blocks[layer];
@@ -121,12 +150,7 @@ void block_qkv_forward(Model *m, int layer, const BlockActs *a, int N) {
         outs[PROJ_Q] = d->attn_gate ? a->qg : q;
         outs[PROJ_K] = k;
         outs[PROJ_V] = a->v;
-        unsigned grp = lora_group(m, bp, qkv_mask(d), N);
-        for (int p = PROJ_Q; p <= PROJ_V; p++) {
-            if (grp >> p & 1u) proj_forward_base(m, bp, p, outs[p], a->ln1, x16, N);
-            else proj_forward(m, bp, layer, p, outs[p], a->ln1, x16, a->xa[p], N, false);
-        }
-        if (grp) lora_group_forward(m, bp, grp, outs, a->xa, a->ln1, N);
+        proj_group_forward(m, bp, layer, qkv_mask(d), outs, a->ln1, x16, a->xa, N);
         if (d->attn_gate) PROF(PROF_ELEMENT, split_query_gate(q, a->agate, a->qg, N * d->H, d->D));
     }
     if (d->qk_norm) {
@@ -145,12 +169,7 @@ void block_glu_forward(Model *m, int layer, const BlockActs *a, int N) {
         float *outs[PROJ_COUNT] = {0};
         outs[PROJ_GATE] = a->gate;
         outs[PROJ_UP] = a->up;
-        unsigned grp = lora_group(m, bp, gate_up_mask(d), N);
-        for (int p = PROJ_GATE; p <= PROJ_UP; p++) {
-            if (grp >> p & 1u) proj_forward_base(m, bp, p, outs[p], a->ln2, x16, N);
-            else proj_forward(m, bp, layer, p, outs[p], a->ln2, x16, a->xa[p], N, false);
-        }
-        if (grp) lora_group_forward(m, bp, grp, outs, a->xa, a->ln2, N);
+        proj_group_forward(m, bp, layer, gate_up_mask(d), outs, a->ln2, x16, a->xa, N);
     }
     PROF(PROF_SWIGLU, glu_forward(a->act, a->gate, a->up, (size_t)N, (size_t)d->F, (size_t)d->gu_ld, d->act));
 }
@@ -242,17 +261,10 @@ void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N) {
     if (d->gu_ld != d->F) {
         proj_backward(m, bp, layer, PROJ_GATE_UP, sc->dln, true, sc->dgate, a->ln2, a->xa[PROJ_GATE_UP], N);
     } else {
-        unsigned grp = lora_group(m, bp, gate_up_mask(d), N);
         const float *douts[PROJ_COUNT] = {0};
         douts[PROJ_GATE] = sc->dgate;
         douts[PROJ_UP] = sc->dup;
-        for (int p = PROJ_GATE; p <= PROJ_UP; p++) {
-            if (grp >> p & 1u)
-                proj_backward_grouped(m, bp, layer, p, sc->dln, p == PROJ_GATE, douts[p], a->ln2, a->xa[p], N, grp);
-            else
-                proj_backward(m, bp, layer, p, sc->dln, p == PROJ_GATE, douts[p], a->ln2, a->xa[p], N);
-        }
-        if (grp) lora_group_backward(m, bp, grp, sc->dln, a->ln2, N);
+        proj_group_backward(m, bp, layer, gate_up_mask(d), sc->dln, douts, a->ln2, a->xa, N);
     }
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, off, a->rstd2, N, C));
 }
@@ -302,18 +314,11 @@ static void attention_mixer_backward(Model *m, int layer, const BlockActs *a, in
         PROF(PROF_ELEMENT, qkv_split(d, dq, dk, sc->dv, m->qkv_tmp, N, true));
         proj_backward(m, bp, layer, PROJ_QKV, dln, true, m->qkv_tmp, a->ln1, a->xa[PROJ_QKV], N);
     } else {
-        unsigned grp = lora_group(m, bp, qkv_mask(d), N);
         const float *douts[PROJ_COUNT] = {0};
         douts[PROJ_Q] = dq;
         douts[PROJ_K] = dk;
         douts[PROJ_V] = sc->dv;
-        for (int p = PROJ_Q; p <= PROJ_V; p++) {
-            if (grp >> p & 1u)
-                proj_backward_grouped(m, bp, layer, p, dln, p == PROJ_Q, douts[p], a->ln1, a->xa[p], N, grp);
-            else
-                proj_backward(m, bp, layer, p, dln, p == PROJ_Q, douts[p], a->ln1, a->xa[p], N);
-        }
-        if (grp) lora_group_backward(m, bp, grp, dln, a->ln1, N);
+        proj_group_backward(m, bp, layer, qkv_mask(d), dln, douts, a->ln1, a->xa, N);
     }
     if (need_dx)
         PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln1, sc->dln, a->x_in, bp->ln1, off, a->rstd1, N, C));

@@ -161,7 +161,7 @@ static void merge_lora(float *w, const WeightAdapter *wa, float scale, int64_t o
     fuse_merge_lora(w, wa->a->data, wa->b->data, wa->m ? wa->m->data : NULL, scale, out, in, r);
 }
 
-static int open_adapter(const char *adapter_dir, AdapterConfig *ac, StFile *ad) {
+int adapter_open(const char *adapter_dir, AdapterConfig *ac, StFile *ad) {
     TRY(adapter_config_load(ac, adapter_dir));
     char *p = path_join(adapter_dir, "adapters.safetensors");
     if (!p) return -1;
@@ -211,7 +211,7 @@ int fuse_plan(const char *model_dir, const char *adapter_dir, bool dequantize, M
     int crc = cfg_path ? hf_config_load(cfg, cfg_path) : -1;
     if (crc == 0) crc = quant_config_load(&qc, cfg_path);
     mem_free(cfg_path);
-    if (crc == 0) crc = open_adapter(adapter_dir, &ac, &ad);
+    if (crc == 0) crc = adapter_open(adapter_dir, &ac, &ad);
     if (crc < 0) {
         quant_config_free(&qc);
         mem_free(cfg);
@@ -387,7 +387,7 @@ int fuse_model(const char *model_dir, const char *adapter_dir, const char *out_d
     if (max_shard_bytes == 0) max_shard_bytes = 5000000000ull;
     ModelConfig *mc = mem_alloc(sizeof *mc);
     if (!mc) return -1;
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) {
+    if (adapter_open(adapter_dir, &ac, &ad) < 0) {
         mem_free(mc);
         return -1;
     }
@@ -683,7 +683,7 @@ int export_peft(const char *model_dir, const char *adapter_dir, const char *out_
         return -1;
     }
     st_model_close(&base);
-    if (open_adapter(adapter_dir, &ac, &ad) < 0) {
+    if (adapter_open(adapter_dir, &ac, &ad) < 0) {
         mem_free(mc);
         return -1;
     }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "formats/safetensors.h"
 #include "model/model.h"
 
 typedef struct {
@@ -23,6 +24,8 @@ typedef struct {
 /* Reads DIR/adapter_config.json (MLX-LM keys). Errors name the file and field;
  * a missing directory is MLX-LM's "The adapter path does not exist: DIR". */
 int adapter_config_load(AdapterConfig *ac, const char *adapter_dir);
+/* adapter_config_load, then DIR/adapters.safetensors opened into *ad (st_close it). */
+int adapter_open(const char *adapter_dir, AdapterConfig *ac, StFile *ad);
 
 /* Merges DIR/adapters.safetensors into the base weights (LoRA/DoRA computed in
  * fp32, stored in the base dtype; full fine-tunes replace the weights) and

@@ -484,15 +484,6 @@ out:
 
 /* ---- the LoRA adapter ---- */
 
-static int open_adapter(const char *adapter_dir, AdapterConfig *ac, StFile *ad) {
-    TRY(adapter_config_load(ac, adapter_dir));
-    char *p = path_join(adapter_dir, "adapters.safetensors");
-    if (!p) return -1;
-    int rc = st_open(ad, p);
-    mem_free(p);
-    return rc;
-}
-
 /* The pair of one projection in GGUF's layout: a = A^T (r, in), b = B^T
  * (out, r), b's rows permuted as the base weight's are. */
 typedef struct {
@@ -544,7 +535,7 @@ int gguf_export_adapter(const char *model_dir, const char *adapter_dir, const ch
     int rc = -1;
     const GgufArch *arch;
     TRY(load_config(model_dir, &cfg, &arch));
-    TRY(open_adapter(adapter_dir, &ac, &ad));
+    TRY(adapter_open(adapter_dir, &ac, &ad));
     if (ac.type == TUNE_FULL) {
         error_set("%s: a full fine-tune has no LoRA adapter to export; use lmtune fuse --export-gguf", adapter_dir);
         goto out;

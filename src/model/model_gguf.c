@@ -113,11 +113,8 @@ int gguf_weights_view(const GgufFile *g, const GgufArch *a, const char *module, 
 int gguf_weights_summary(const GgufFile *g, const GgufArch *a, const ModelConfig *cfg, DType compute,
                          WeightsSummary *ws) {
     memset(ws, 0, sizeof *ws);
-    ModelSpec none = {0};
-    none.type = TUNE_NONE;
-    none.weight_dtype = DTYPE_F32;
     Dims d;
-    TRY(dims_init(&d, cfg, &none, DTYPE_F32));
+    TRY(dims_of_weights(&d, cfg));
     ws->quantized = true;
     ws->gguf = true;
     ws->file_dtype = compute;
@@ -157,11 +154,8 @@ int gguf_frozen_views(const char *model, const ModelConfig *cfg, DType run, Froz
     GgufFile g;
     TRY(gguf_open(&g, model));
     const GgufArch *a = gguf_arch_for(cfg->model_type);
-    ModelSpec none = {0};
-    none.type = TUNE_NONE;
-    none.weight_dtype = DTYPE_F32;
     Dims d;
-    int rc = a ? dims_init(&d, cfg, &none, DTYPE_F32) : -1;
+    int rc = a ? dims_of_weights(&d, cfg) : -1;
     int count = rc == 0 ? weights_matrix_count(&d) : 0;
     FrozenWeight *v = rc == 0 ? mem_calloc((size_t)count, sizeof *v) : NULL;
     if (rc == 0 && !v) rc = -1;

@@ -65,13 +65,21 @@ typedef struct {
     bool quantized;       /* some matrix is MLX-quantized: every matrix is used as stored */
     bool bf16_compute;    /* some frozen product runs in bf16 (the conversion scratch exists) */
     int panel_cols;       /* widest frozen matrix whose products expand panels (0: none) */
+    int proj_in[PROJ_COUNT], proj_out[PROJ_COUNT]; /* features of each projection (hf_proj_shape) */
 } Dims;
 
 int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file_dtype);
+/* The dimensions of cfg's weights alone (no run: inference, fp32), for the
+ * walks over its matrices. */
+int dims_of_weights(Dims *d, const ModelConfig *cfg);
 /* What the safetensors headers add to the dimensions (model_weights_summary). */
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws);
-/* in/out features of projection p. */
-void proj_shape(const Dims *d, int p, int *in, int *out);
+/* in/out features of projection p (formats/model_tensors.c's hf_proj_shape,
+ * taken once by dims_init). */
+static inline void proj_shape(const Dims *d, int p, int *in, int *out) {
+    *in = d->proj_in[p];
+    *out = d->proj_out[p];
+}
 /* "<prefix>layers.<l>.<suffix>" into dst (prefixes are < 32 bytes, block
  * tensor suffixes < 48: 160 bytes always hold it; a cut name is emptied). */
 static inline void layer_name(char *dst, size_t cap, const char *prefix, int l, const char *suffix) {

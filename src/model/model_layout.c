@@ -21,6 +21,7 @@
 #include "formats/model_tensors.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -111,6 +112,15 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     d->N = (int)n;
     if (cfg->q35.on) TRY(dims_gdn(d, cfg, spec));
     else d->n_attn = d->L;
+    for (int p = 0; p < PROJ_COUNT; p++) {
+        int64_t out, in;
+        hf_proj_shape(cfg, p, &out, &in);
+        if (out > INT_MAX || in > INT_MAX)
+            return error_set("model: %s has %lld x %lld features (at most %d)", PROJ_KEYS[p], (long long)out,
+                             (long long)in, INT_MAX);
+        d->proj_out[p] = (int)out;
+        d->proj_in[p] = (int)in;
+    }
     bool tuned = spec->type != TUNE_NONE;
     int nl = spec->num_layers;
     if (tuned) {
@@ -164,6 +174,13 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     return 0;
 }
 
+int dims_of_weights(Dims *d, const ModelConfig *cfg) {
+    ModelSpec none = {0};
+    none.type = TUNE_NONE;
+    none.weight_dtype = DTYPE_F32;
+    return dims_init(d, cfg, &none, DTYPE_F32);
+}
+
 static int max_in_features(const Dims *d) { return imax(imax(d->C, d->QD), d->F); }
 
 int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws) {
@@ -187,43 +204,6 @@ int dims_apply_summary(Dims *d, const ModelSpec *spec, const WeightsSummary *ws)
     d->bf16_compute = bf16_run && (ws->bf16_values || ws->gguf);
     d->panel_cols = bf16_run ? ws->panel_cols_bf16 : ws->panel_cols_f32;
     return 0;
-}
-
-void proj_shape(const Dims *d, int p, int *in, int *out) {
-    /* inputs: the hidden size, but o_proj (attention heads), down (F), out_proj (value heads) */
-    *in = p == PROJ_O ? d->QD : p == PROJ_DOWN ? d->F : p == PROJ_LOUT ? d->g.Vd : d->C;
-    switch (p) {
-    case PROJ_Q:
-        *out = d->attn_gate ? 2 * d->QD : d->QD;
-        break;
-    case PROJ_K:
-    case PROJ_V:
-        *out = d->KVD;
-        break;
-    case PROJ_GATE:
-    case PROJ_UP:
-        *out = d->F;
-        break;
-    case PROJ_QKV:
-        *out = d->QKVD;
-        break;
-    case PROJ_GATE_UP:
-        *out = 2 * d->F;
-        break;
-    case PROJ_LQKV:
-        *out = d->g.CC;
-        break;
-    case PROJ_LZ:
-        *out = d->g.Vd;
-        break;
-    case PROJ_LB:
-    case PROJ_LA:
-        *out = d->g.Hv;
-        break;
-    default:          /* o_proj, down_proj, out_proj */
-        *out = d->C;
-        break;
-    }
 }
 
 float **block_slot(BlockParams *bp, const BlockTensor *t, float ***grad) {

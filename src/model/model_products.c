@@ -77,19 +77,26 @@ static void frozen_dinp(const Emit *e, int k, int N, int in, int od, float beta,
 
 static int matrix_of(int l, int p) { return 2 + PROJ_COUNT * l + p; }
 
+/* proj_forward_base: the base product (its bias, unless DoRA adapts p). */
+static void emit_proj_base(const Emit *e, int l, int p, int N, ProductPhase ph) {
+    const Model *m = e->m;
+    const Dims *d = &m->d;
+    int in, od;
+    proj_shape(d, p, &in, &od);
+    bool dora = (m->blocks[l].adapted >> p & 1u) && m->spec.type == TUNE_DORA;
+    bool bias = d->bias && p <= PROJ_V && !dora;
+    if (block_is_full(m, l)) put(e, matmul_shape_linear_forward(N, in, od, DTYPE_F32, bias), l, ph);
+    else frozen_forward(e, matrix_of(l, p), N, in, od, bias, true, l, ph);
+}
+
 /* proj_forward: the base product (unless skip_base) and the LoRA branch. */
 static void emit_proj_forward(const Emit *e, int l, int p, int N, bool skip_base, ProductPhase ph) {
     const Model *m = e->m;
     const Dims *d = &m->d;
-    const BlockParams *bp = &m->blocks[l];
     int in, od;
     proj_shape(d, p, &in, &od);
-    bool adapted = bp->adapted >> p & 1u;
-    bool dora = adapted && m->spec.type == TUNE_DORA;
-    bool bias = d->bias && p <= PROJ_V && !dora;
-    if (!skip_base && block_is_full(m, l)) put(e, matmul_shape_linear_forward(N, in, od, DTYPE_F32, bias), l, ph);
-    else if (!skip_base) frozen_forward(e, matrix_of(l, p), N, in, od, bias, true, l, ph);
-    if (!adapted) return;
+    if (!skip_base) emit_proj_base(e, l, p, N, ph);
+    if (!(m->blocks[l].adapted >> p & 1u)) return;
     put(e, matmul_shape_gemm(N, d->r, in, false, false, 1.0f, 0.0f), l, ph);
     if (!skip_base) put(e, matmul_shape_gemm(N, od, d->r, false, false, m->spec.lora_scale, 1.0f), l, ph);
 }
@@ -125,17 +132,8 @@ static void emit_block_forward(const Emit *e, int l, int N, bool recompute) {
     if (!(projs >> PROJ_GATE_UP & 1u)) grp |= emit_group(e, l, projs & GU_MASK, N);
     for (int p = 0; p < PROJ_COUNT; p++) {
         if (!(projs >> p & 1u)) continue;
-        if (grp >> p & 1u) {
-            /* proj_forward_base */
-            const Dims *d = &e->m->d;
-            int in, od;
-            proj_shape(d, p, &in, &od);
-            bool bias = d->bias && p <= PROJ_V && e->m->spec.type != TUNE_DORA;
-            if (block_is_full(e->m, l)) put(e, matmul_shape_linear_forward(N, in, od, DTYPE_F32, bias), l, ph);
-            else frozen_forward(e, matrix_of(l, p), N, in, od, bias, true, l, ph);
-        } else {
-            emit_proj_forward(e, l, p, N, recompute && p == PROJ_DOWN, ph);
-        }
+        if (grp >> p & 1u) emit_proj_base(e, l, p, N, ph);
+        else emit_proj_forward(e, l, p, N, recompute && p == PROJ_DOWN, ph);
         if (p == PROJ_V && (grp & QKV_MASK)) emit_group_forward(e, l, grp & QKV_MASK, N, ph);
         if (p == PROJ_UP && (grp & GU_MASK)) emit_group_forward(e, l, grp & GU_MASK, N, ph);
     }

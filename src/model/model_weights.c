@@ -62,11 +62,8 @@ int weights_view(const StModel *st, const QuantConfig *qc, const char *module, i
 
 static int summarise(const StModel *st, const ModelConfig *cfg, const QuantConfig *qc, WeightsSummary *ws) {
     memset(ws, 0, sizeof *ws);
-    ModelSpec none = {0};
-    none.type = TUNE_NONE;
-    none.weight_dtype = DTYPE_F32;
     Dims d;
-    TRY(dims_init(&d, cfg, &none, DTYPE_F32));
+    TRY(dims_of_weights(&d, cfg));
     ws->bits_min = 32;
     DType plain = DTYPE_COUNT, scales = DTYPE_COUNT;
     for (int k = 0; k < weights_matrix_count(&d); k++) {
@@ -150,11 +147,8 @@ int model_frozen_views(const char *model_dir, const ModelConfig *cfg, DType run,
     QuantConfig qc;
     StModel st;
     TRY(open_stored(model_dir, &qc, &st));
-    ModelSpec none = {0};
-    none.type = TUNE_NONE;
-    none.weight_dtype = DTYPE_F32;
     Dims d;
-    int rc = dims_init(&d, cfg, &none, DTYPE_F32);
+    int rc = dims_of_weights(&d, cfg);
     int count = rc == 0 ? weights_matrix_count(&d) : 0;
     FrozenWeight *v = rc == 0 ? mem_calloc((size_t)count, sizeof *v) : NULL;
     if (rc == 0 && !v) rc = -1;

@@ -785,6 +785,20 @@ static int exec_for(Ctx *c, Scope *outer, const Node *st, Buf *out) {
     return rc;
 }
 
+/* The body of st (a block set, a filter block) rendered into a string
+ * value; `what` names the block when a break or continue leaves it. */
+static int render_body(Ctx *c, Scope *s, const Node *st, const char *what, Value *v) {
+    Buf b = {0};
+    int rc = exec_block(c, s, st->list, st->n, &b);
+    if (rc > 0) rc = rt_error(c, st, "break or continue inside %s", what);
+    if (rc == 0) {
+        *v = make_string(c, st, b.s ? b.s : "", b.len);
+        if (v->k == V_UNDEF) rc = -1;
+    }
+    mem_free(b.s);
+    return rc;
+}
+
 static int exec(Ctx *c, Scope *s, const Node *st, Buf *out) {
     switch (st->kind) {
     case N_TEXT: return buf_put(out, st->str, st->len);
@@ -808,17 +822,7 @@ static int exec(Ctx *c, Scope *s, const Node *st, Buf *out) {
     case N_SET: {
         Value v;
         if (st->b) TRY(eval(c, s, st->b, &v));
-        else {
-            Buf b = {0};
-            int rc = exec_block(c, s, st->list, st->n, &b);
-            if (rc > 0) rc = rt_error(c, st, "break or continue inside a block set");
-            if (rc == 0) {
-                v = make_string(c, st, b.s ? b.s : "", b.len);
-                if (v.k == V_UNDEF) rc = -1;
-            }
-            mem_free(b.s);
-            TRY(rc);
-        }
+        else TRY(render_body(c, s, st, "a block set", &v));
         return assign(c, s, st->a, v);
     }
     case N_MACRO: return scope_set(s, st->str, (Value){.k = V_MACRO, .macro = st, .scope = s});
@@ -842,16 +846,9 @@ static int exec(Ctx *c, Scope *s, const Node *st, Buf *out) {
         return rc;
     }
     case N_FILTERBLOCK: {
-        Buf b = {0};
         Value x = v_undef(), r = v_undef();
         Args args = {0};
-        int rc = exec_block(c, s, st->list, st->n, &b);
-        if (rc > 0) rc = rt_error(c, st, "break or continue inside a filter block");
-        if (rc == 0) {
-            x = make_string(c, st, b.s ? b.s : "", b.len);
-            if (x.k == V_UNDEF) rc = -1;
-        }
-        mem_free(b.s);
+        int rc = render_body(c, s, st, "a filter block", &x);
         if (rc == 0) rc = eval_args(c, s, st->a, st->a->list, st->a->n, &args);
         if (rc == 0) rc = apply_filter(c, st->a, st->a->str, x, &args, &r);
         if (rc == 0) rc = v_to_string(out, r);

@@ -784,34 +784,47 @@ static Node *parse_unary_sign(Parser *p) {
     return parse_call_member(p);
 }
 
+/* A filter's or a test's name (`what`, known to `known`) and its arguments
+ * in parentheses if any: node `kind` without its operand; *called: there
+ * were parentheses. `after` ends the message when the name is missing
+ * (" after '|'"). */
+static Node *parse_named_call(Parser *p, NodeKind kind, const char *what, const char *after,
+                              bool (*known)(const char *), bool *called) {
+    Token *tk = peek(p);
+    if (tk->type != T_IDENT) {
+        fail_at(p, tk->at, "expected a %s name%s", what, after);
+        return NULL;
+    }
+    char *name = ct_strndup(p->t, tk->val, tk->len);
+    if (!name) return NULL;
+    if (!known(name)) {
+        fail_at(p, tk->at, "unknown %s '%s'", what, name);
+        return NULL;
+    }
+    p->pos++;
+    Node *f = node(p, kind, tk->at);
+    if (!f) return NULL;
+    f->str = name;
+    f->len = tk->len;
+    *called = is(p, T_LPAREN);
+    if (*called) {
+        NodeList args = {0};
+        if (parse_args(p, &args, false) < 0) return NULL;
+        f->list = args.v;
+        f->n = args.n;
+    }
+    return f;
+}
+
 static Node *parse_filter(Parser *p) {
     Node *e = parse_unary_sign(p);
     while (e && is(p, T_PIPE)) {
         p->pos++;
-        Token *tk = peek(p);
-        if (tk->type != T_IDENT) {
-            fail_at(p, tk->at, "expected a filter name after '|'%s%s", NULL, NULL);
-            return NULL;
-        }
-        char *name = ct_strndup(p->t, tk->val, tk->len);
-        if (!name) return NULL;
-        if (!ct_filter_known(name)) {
-            fail_at(p, tk->at, "unknown filter '%s'%s", name, NULL);
-            return NULL;
-        }
-        p->pos++;
-        Node *f = node(p, E_FILTER, tk->at);
+        bool called;
+        Node *f = parse_named_call(p, E_FILTER, "filter", " after '|'", ct_filter_known, &called);
         if (!f) return NULL;
         f->a = e;
-        f->str = name;
-        f->len = tk->len;
-        if (is(p, T_LPAREN)) {
-            NodeList args = {0};
-            if (parse_args(p, &args, false) < 0) return NULL;
-            f->list = args.v;
-            f->n = args.n;
-            f->ival = 1;
-        }
+        f->ival = called;
         e = f;
     }
     return e;
@@ -823,30 +836,11 @@ static Node *parse_test(Parser *p) {
         p->pos++;
         bool neg = is_ident(p, "not");
         if (neg) p->pos++;
-        Token *tk = peek(p);
-        if (tk->type != T_IDENT) {
-            fail_at(p, tk->at, "expected a test name after 'is'%s%s", NULL, NULL);
-            return NULL;
-        }
-        char *name = ct_strndup(p->t, tk->val, tk->len);
-        if (!name) return NULL;
-        if (!ct_test_known(name)) {
-            fail_at(p, tk->at, "unknown test '%s'%s", name, NULL);
-            return NULL;
-        }
-        p->pos++;
-        Node *t = node(p, E_TEST, tk->at);
+        bool called;
+        Node *t = parse_named_call(p, E_TEST, "test", " after 'is'", ct_test_known, &called);
         if (!t) return NULL;
         t->a = e;
-        t->str = name;
-        t->len = tk->len;
         t->ival = neg;
-        if (is(p, T_LPAREN)) {
-            NodeList args = {0};
-            if (parse_args(p, &args, false) < 0) return NULL;
-            t->list = args.v;
-            t->n = args.n;
-        }
         e = t;
     }
     return e;
@@ -1313,27 +1307,10 @@ static Node *parse_statement_inner(Parser *p) {
         return s;
     }
     if (!strcmp(name, "filter")) {
-        Token *ft = peek(p);
-        if (ft->type != T_IDENT) {
-            fail_at(p, ft->at, "expected a filter name%s%s", NULL, NULL);
-            return NULL;
-        }
-        Node *f = node(p, E_FILTER, ft->at);
+        bool called;
+        Node *f = parse_named_call(p, E_FILTER, "filter", "", ct_filter_known, &called);
         if (!f) return NULL;
-        f->str = ct_strndup(p->t, ft->val, ft->len);
-        f->len = ft->len;
-        if (!ct_filter_known(f->str)) {
-            fail_at(p, ft->at, "unknown filter '%s'%s", f->str, NULL);
-            return NULL;
-        }
-        p->pos++;
-        if (is(p, T_LPAREN)) {
-            NodeList args = {0};
-            if (parse_args(p, &args, false) < 0) return NULL;
-            f->list = args.v;
-            f->n = args.n;
-            f->ival = 1;
-        }
+        f->ival = called;
         if (expect(p, T_CLOSE_STMT) < 0) return NULL;
         Node *s = node(p, N_FILTERBLOCK, at);
         NodeList body = {0};

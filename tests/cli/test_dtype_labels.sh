@@ -82,6 +82,21 @@ PY
 [ $? -eq 0 ] || { echo "could not write the model variants"; exit 1; }
 
 P="What is the capital of France?"
+# with the adapter $2/ad on model $1, described as $3: eval (a test loss), train --test
+# (the same test loss) and generate, their outputs in $2
+eval_test_generate() {
+  local m=$1 o=$2 what=$3 rc
+  "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+    > "$o/eval.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Test loss" "$o/eval.log"' "eval, $what: $(tail -1 "$o/eval.log")"
+  "$BIN" train --model "$m" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
+    --threads 1 > "$o/test.log" 2>&1
+  rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
+    "train --test (evaluation only), $what: $(tail -1 "$o/test.log")"
+  "$BIN" generate --model "$m" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
+    > "$o/gen.txt" 2> "$o/gen.err"
+  rc=$?; ok '[ $rc -eq 0 ]' "generate, $what: $(tail -1 "$o/gen.err")"
+}
 # every command on model $1, products in $2, described as $3: train (the first run of a
 # series under auto, the later ones under its choice, WD), plan, eval, train --test,
 # generate with the adapter, fuse
@@ -97,16 +112,7 @@ run_commands() {
     > "$o/plan.log" 2>&1
   rc=$?; ok '[ $rc -eq 0 ]' "plan, $what: $(tail -1 "$o/plan.log")"
   grep "^  arena" "$o/plan.log" > "$o/arena.txt"
-  "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
-    > "$o/eval.log" 2>&1
-  rc=$?; ok '[ $rc -eq 0 ]' "eval, $what: $(tail -1 "$o/eval.log")"
-  "$BIN" train --model "$m" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
-    --threads 1 > "$o/test.log" 2>&1
-  rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
-    "train --test (evaluation only), $what: $(tail -1 "$o/test.log")"
-  "$BIN" generate --model "$m" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
-    > "$o/gen.txt" 2> "$o/gen.err"
-  rc=$?; ok '[ $rc -eq 0 ]' "generate, $what: $(tail -1 "$o/gen.err")"
+  eval_test_generate "$m" "$o" "$what"
   "$BIN" fuse --model "$m" --adapter-path "$o/ad" --save-path "$o/fused" > "$o/fuse.log" 2>&1
   rc=$?; ok '[ $rc -eq 0 ]' "fuse, $what: $(tail -1 "$o/fuse.log")"
 }
@@ -178,16 +184,7 @@ rc=$?; ok '[ $rc -eq 0 ] && grep -q "^  arena" "$o/plan.log"' "plan on a GGUF ba
   > "$o/plan_test.log" 2>&1
 rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Evaluation only" "$o/plan_test.log"' \
   "plan --test (evaluation only) on a GGUF base: $(tail -1 "$o/plan_test.log")"
-"$BIN" eval --model "$G" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
-  > "$o/eval.log" 2>&1
-rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Test loss" "$o/eval.log"' "eval on a GGUF base: $(tail -1 "$o/eval.log")"
-"$BIN" train --model "$G" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
-  --threads 1 > "$o/test.log" 2>&1
-rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
-  "train --test (evaluation only) on a GGUF base: $(tail -1 "$o/test.log")"
-"$BIN" generate --model "$G" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
-  > "$o/gen.txt" 2> "$o/gen.err"
-rc=$?; ok '[ $rc -eq 0 ]' "generate on a GGUF base: $(tail -1 "$o/gen.err")"
+eval_test_generate "$G" "$o" "a GGUF base"
 "$BIN" fuse --model "$G" --adapter-path "$o/ad" --save-path "$o/fused" --gguf-type f32 --memory-limit 8GB \
   > "$o/fuse.log" 2>&1
 rc=$?; ok '[ $rc -eq 0 ] && [ -s "$o/fused/ggml-model-f16.gguf" ]' "fuse on a GGUF base: $(tail -1 "$o/fuse.log")"

@@ -148,6 +148,90 @@ static double rel_l2(const float *a, const float *ref, size_t n) {
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* An attention case: its shape, its random inputs (q, k, v and the
+ * output's gradient) and the backward's workspace. */
+typedef struct {
+    int B, T, H, KVH, D;
+    size_t nq, nk, nl; /* floats of q (and out, dq), of k (v, dk, dv), of lse */
+    float *q, *k, *v, *dout, *ws;
+} AttnCase;
+
+/* What one run of attention forward and backward writes, zeroed at first
+ * (the backward adds its gradients). */
+typedef struct {
+    float *out, *lse, *dq, *dk, *dv;
+} AttnRun;
+
+static AttnCase attn_case(int B, int T, int H, int KVH, int D) {
+    AttnCase c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
+    c.nq = (size_t)B * T * H * D;
+    c.nk = (size_t)B * T * KVH * D;
+    c.nl = (size_t)B * H * T;
+    c.q = rand_vec(c.nq, 1.5f);
+    c.k = rand_vec(c.nk, 1.5f);
+    c.v = rand_vec(c.nk, 1.0f);
+    c.dout = rand_vec(c.nq, 1.0f);
+    c.ws = malloc(attention_workspace_floats(B, T, H, KVH, D) * sizeof(float));
+    return c;
+}
+
+static void attn_case_free(AttnCase *c) {
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->dout);
+    free(c->ws);
+}
+
+static AttnRun attn_run_new(const AttnCase *c) {
+    AttnRun r = {
+        .out = calloc(c->nq, sizeof(float)),
+        .lse = calloc(c->nl, sizeof(float)),
+        .dq = calloc(c->nq, sizeof(float)),
+        .dk = calloc(c->nk, sizeof(float)),
+        .dv = calloc(c->nk, sizeof(float)),
+    };
+    return r;
+}
+
+static void attn_run_free(AttnRun *r) {
+    free(r->out);
+    free(r->lse);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+}
+
+static void attn_zero_grads(AttnRun *r, const AttnCase *c) {
+    memset(r->dq, 0, c->nq * sizeof(float));
+    memset(r->dk, 0, c->nk * sizeof(float));
+    memset(r->dv, 0, c->nk * sizeof(float));
+}
+
+/* r's out and lse from forward f */
+static void attn_fwd(__typeof__(attention_forward) *f, AttnRun *r, const AttnCase *c, const AttnParams *ap) {
+    f(r->out, r->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D, ap);
+}
+
+/* r's gradients from backward f, given the forward's out and lse of `from` */
+static void attn_bwd(__typeof__(attention_backward) *f, AttnRun *r, const AttnRun *from, const AttnCase *c,
+                     const AttnParams *ap) {
+    f(r->dq, r->dk, r->dv, c->dout, c->q, c->k, c->v, from->out, from->lse, c->ws, c->B, c->T, c->H, c->KVH, c->D,
+      ap);
+}
+
+static bool attn_same_fwd(const AttnRun *a, const AttnRun *b, const AttnCase *c) {
+    return same_bits(a->out, b->out, c->nq) && same_bits(a->lse, b->lse, c->nl);
+}
+
+static bool attn_same_bwd(const AttnRun *a, const AttnRun *b, const AttnCase *c) {
+    return same_bits(a->dq, b->dq, c->nq) && same_bits(a->dk, b->dk, c->nk) && same_bits(a->dv, b->dv, c->nk);
+}
+
+static bool attn_same(const AttnRun *a, const AttnRun *b, const AttnCase *c) {
+    return attn_same_fwd(a, b, c) && attn_same_bwd(a, b, c);
+}
+
 /* AttnParams.bf16: the tile products in bf16 (AVX512_BF16) against the fp32
  * kernel. Rounding the operands of each product to bf16 (8 significant
  * bits, relative error <= 2^-9) gives errors of a few 2^-9 relative, in
@@ -159,27 +243,19 @@ static void test_attention_bf16(int B, int T, int H, int KVH, int D, int window,
     AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
     AttnParams ab = ap;
     ab.bf16 = true;
-    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D, nl = (size_t)B * H * T;
-    float *q = rand_vec(nq, 1.5f), *k = rand_vec(nk, 1.5f), *v = rand_vec(nk, 1.0f), *dout = rand_vec(nq, 1.0f);
-    float *out[3], *lse[3], *dq[3], *dk[3], *dv[3];
-    float *ws = malloc(attention_workspace_floats(B, T, H, KVH, D) * sizeof(float));
-    for (int i = 0; i < 3; i++) {
-        out[i] = calloc(nq, sizeof(float));
-        lse[i] = calloc(nl, sizeof(float));
-        dq[i] = calloc(nq, sizeof(float));
-        dk[i] = calloc(nk, sizeof(float));
-        dv[i] = calloc(nk, sizeof(float));
-    }
+    AttnCase c = attn_case(B, T, H, KVH, D);
+    size_t nq = c.nq, nk = c.nk, nl = c.nl;
     /* 0: fp32; 1: bf16 requested (public entry point); 2: bf16 requested of the portable variant */
-    attention_forward(out[0], lse[0], q, k, v, B, T, H, KVH, D, &ap);
-    attention_backward(dq[0], dk[0], dv[0], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
-    attention_forward(out[1], lse[1], q, k, v, B, T, H, KVH, D, &ab);
+    AttnRun r[3] = {attn_run_new(&c), attn_run_new(&c), attn_run_new(&c)};
+    attn_fwd(attention_forward, &r[0], &c, &ap);
+    attn_bwd(attention_backward, &r[0], &r[0], &c, &ap);
+    attn_fwd(attention_forward, &r[1], &c, &ab);
     /* the backward from the fp32 forward's out and lse: the gradients' own error */
-    attention_backward(dq[1], dk[1], dv[1], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ab);
+    attn_bwd(attention_backward, &r[1], &r[0], &c, &ab);
     bool applies = attention_bf16_supported() && D % 32 == 0;
     if (applies) {
-        double eo = rel_l2(out[1], out[0], nq), el = max_abs_diff(lse[1], lse[0], nl);
-        double eq = rel_l2(dq[1], dq[0], nq), ek = rel_l2(dk[1], dk[0], nk), ev = rel_l2(dv[1], dv[0], nk);
+        double eo = rel_l2(r[1].out, r[0].out, nq), el = max_abs_diff(r[1].lse, r[0].lse, nl);
+        double eq = rel_l2(r[1].dq, r[0].dq, nq), ek = rel_l2(r[1].dk, r[0].dk, nk), ev = rel_l2(r[1].dv, r[0].dv, nk);
         CHECK_MSG(eo < 1e-2 && el < 2e-2, "attention bf16 forward (T %d H %d KVH %d D %d window %d cap %g): "
                   "out rel %.3g, lse abs %.3g", T, H, KVH, D, window, softcap, eo, el);
         CHECK_MSG(eq < 1e-2 && ek < 1e-2 && ev < 1e-2, "attention bf16 backward (T %d H %d KVH %d D %d window %d "
@@ -189,96 +265,55 @@ static void test_attention_bf16(int B, int T, int H, int KVH, int D, int window,
         /* the same bits on one thread (a fixed summation order, as the fp32 kernel) */
         int threads = omp_get_max_threads();
         omp_set_num_threads(1);
-        attention_forward(out[2], lse[2], q, k, v, B, T, H, KVH, D, &ab);
-        memset(dq[2], 0, nq * sizeof(float));
-        memset(dk[2], 0, nk * sizeof(float));
-        memset(dv[2], 0, nk * sizeof(float));
-        attention_backward(dq[2], dk[2], dv[2], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ab);
+        attn_fwd(attention_forward, &r[2], &c, &ab);
+        attn_zero_grads(&r[2], &c);
+        attn_bwd(attention_backward, &r[2], &r[0], &c, &ab);
         omp_set_num_threads(threads);
-        bool same_t = same_bits(out[1], out[2], nq) && same_bits(lse[1], lse[2], nl) && same_bits(dq[1], dq[2], nq) &&
-                      same_bits(dk[1], dk[2], nk) && same_bits(dv[1], dv[2], nk);
+        bool same_t = attn_same(&r[1], &r[2], &c);
         CHECK_MSG(same_t, "attention bf16 (D %d): 1 thread and %d threads differ", D, threads);
-        memset(dq[2], 0, nq * sizeof(float));
-        memset(dk[2], 0, nk * sizeof(float));
-        memset(dv[2], 0, nk * sizeof(float));
+        attn_zero_grads(&r[2], &c);
         printf("attention bf16 B %d T %3d H %d KVH %d D %3d window %3d cap %4g: rel err out %.2e lse %.2e "
                "dq %.2e dk %.2e dv %.2e\n", B, T, H, KVH, D, window, softcap, eo, el, eq, ek, ev);
     } else {
-        bool same = same_bits(out[0], out[1], nq) && same_bits(lse[0], lse[1], nl) && same_bits(dq[0], dq[1], nq) &&
-                    same_bits(dk[0], dk[1], nk) && same_bits(dv[0], dv[1], nk);
+        bool same = attn_same(&r[0], &r[1], &c);
         CHECK_MSG(same, "attention bf16 requested, D %d, not applicable here: not the fp32 bits", D);
         printf("attention bf16 requested, D %3d: fp32 products here (%s), same bits\n", D,
                attention_bf16_supported() ? "head dim not a multiple of 32" : "no AVX512_BF16");
     }
 #if defined(LT_ISA_DISPATCH)
-    attention_forward_base(out[2], lse[2], q, k, v, B, T, H, KVH, D, &ab);
-    attention_backward_base(dq[2], dk[2], dv[2], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ab);
-    bool base_same = same_bits(out[0], out[2], nq) && same_bits(lse[0], lse[2], nl) && same_bits(dq[0], dq[2], nq) &&
-                     same_bits(dk[0], dk[2], nk) && same_bits(dv[0], dv[2], nk);
+    attn_fwd(attention_forward_base, &r[2], &c, &ab);
+    attn_bwd(attention_backward_base, &r[2], &r[0], &c, &ab);
+    bool base_same = attn_same(&r[0], &r[2], &c);
     CHECK_MSG(base_same, "attention bf16 requested of the portable variant: not the fp32 bits (D %d)", D);
 #endif
     for (int i = 0; i < 3; i++) {
-        free(out[i]);
-        free(lse[i]);
-        free(dq[i]);
-        free(dk[i]);
-        free(dv[i]);
+        attn_run_free(&r[i]);
     }
-    free(q);
-    free(k);
-    free(v);
-    free(dout);
-    free(ws);
+    attn_case_free(&c);
 }
 
 /* ap: the plain causal case, or a sliding window and soft-capped scores
  * (Gemma 2 / 3), whose tile skipping and tanh run in both variants too. */
 static void test_attention_variants(int B, int T, int H, int KVH, int D, int window, float softcap) {
     AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
-    size_t nq = (size_t)B * T * H * D;
-    size_t nk = (size_t)B * T * KVH * D;
-    size_t nl = (size_t)B * H * T;
-    float *q = rand_vec(nq, 1.5f);
-    float *k = rand_vec(nk, 1.5f);
-    float *v = rand_vec(nk, 1.0f);
-    float *dout = rand_vec(nq, 1.0f);
-    float *out[2];
-    float *lse[2];
-    float *dq[2];
-    float *dk[2];
-    float *dv[2];
-    float *ws = malloc(attention_workspace_floats(B, T, H, KVH, D) * sizeof(float));
-    for (int i = 0; i < 2; i++) {
-        out[i] = calloc(nq, sizeof(float));
-        lse[i] = calloc(nl, sizeof(float));
-        dq[i] = calloc(nq, sizeof(float));
-        dk[i] = calloc(nk, sizeof(float));
-        dv[i] = calloc(nk, sizeof(float));
-    }
-    attention_forward_base(out[0], lse[0], q, k, v, B, T, H, KVH, D, &ap);
-    attention_forward_avx512(out[1], lse[1], q, k, v, B, T, H, KVH, D, &ap);
-    attention_backward_base(dq[0], dk[0], dv[0], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
-    attention_backward_avx512(dq[1], dk[1], dv[1], dout, q, k, v, out[0], lse[0], ws, B, T, H, KVH, D, &ap);
-    bool fwd = same_bits(out[0], out[1], nq) && same_bits(lse[0], lse[1], nl);
-    bool bwd = same_bits(dq[0], dq[1], nq) && same_bits(dk[0], dk[1], nk) && same_bits(dv[0], dv[1], nk);
+    AttnCase c = attn_case(B, T, H, KVH, D);
+    AttnRun r[2] = {attn_run_new(&c), attn_run_new(&c)};
+    attn_fwd(attention_forward_base, &r[0], &c, &ap);
+    attn_fwd(attention_forward_avx512, &r[1], &c, &ap);
+    attn_bwd(attention_backward_base, &r[0], &r[0], &c, &ap);
+    attn_bwd(attention_backward_avx512, &r[1], &r[0], &c, &ap);
+    bool fwd = attn_same_fwd(&r[0], &r[1], &c);
+    bool bwd = attn_same_bwd(&r[0], &r[1], &c);
     CHECK_MSG(fwd, "attention forward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
-              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(out[0], out[1], nq));
+              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(r[0].out, r[1].out, c.nq));
     CHECK_MSG(bwd, "attention backward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
-              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(dq[0], dq[1], nq));
+              "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(r[0].dq, r[1].dq, c.nq));
     printf("attention B %d T %3d H %d KVH %d D %3d window %3d cap %4g: forward %s, backward %s\n", B, T, H, KVH,
            D, window, softcap, fwd ? "same bits" : "DIFFERENT", bwd ? "same bits" : "DIFFERENT");
     for (int i = 0; i < 2; i++) {
-        free(out[i]);
-        free(lse[i]);
-        free(dq[i]);
-        free(dk[i]);
-        free(dv[i]);
+        attn_run_free(&r[i]);
     }
-    free(q);
-    free(k);
-    free(v);
-    free(dout);
-    free(ws);
+    attn_case_free(&c);
 }
 
 static void test_lmhead_variants(DType wtype, float softcap) {

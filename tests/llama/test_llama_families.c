@@ -318,9 +318,7 @@ static void check_refusals(void) {
 int main(void) {
     llama_require();
     omp_set_num_threads(1);
-    bin = getenv("LMTUNE_BIN") ? getenv("LMTUNE_BIN") : "./lmtune";
-    snprintf(root, sizeof root, "build/test_llama_families.%d", (int)getpid());
-    CHECK(dir_ensure(root) == 0);
+    cli_begin("llama_families");
     check_refusals();
     static Run runs[N_FAM];
     json_t *jobs = json_array();
@@ -431,8 +429,6 @@ int main(void) {
     mem_free(lc);
     mem_free(fused_lc);
     json_decref(res);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (check_failed == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    root_remove();
     return check_finish("llama_families");
 }

@@ -224,9 +224,7 @@ static int clear_picks(const Lm *l, size_t n, double bound) {
 int main(void) {
     llama_require();
     omp_set_num_threads(1);
-    bin = getenv("LMTUNE_BIN") ? getenv("LMTUNE_BIN") : "./lmtune";
-    snprintf(root, sizeof root, "build/test_llama_fuse_gguf.%d", (int)getpid());
-    CHECK(dir_ensure(root) == 0);
+    cli_begin("llama_fuse_gguf");
     static Run runs[N_CASES];
     json_t *jobs = json_array();
     int at[128];
@@ -340,8 +338,6 @@ int main(void) {
     mem_free(lc);
     mem_free(lc32);
     json_decref(res);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (check_failed == 0 && system(cmd) != 0) return 1;
+    if (root_remove() < 0) return 1;
     return check_finish("llama_fuse_gguf");
 }

@@ -26,6 +26,7 @@
 #include "check.h"
 #include "llama_run.h"
 #include "llama_models.h"
+#include "cli_run.h"
 #include "base/alloc.h"
 #include "base/dtype.h"
 #include "base/error.h"
@@ -77,8 +78,6 @@ static const char TEXT[] =
     "The capital of France is Paris. The capital of Japan is Tokyo. What is the capital of Spain? "
     "Models learn from text: the quick brown fox jumps over the lazy dog, 12345 times.\n";
 static const char PROMPT[] = "What is the capital of France? The capital of";
-
-static char root[256];
 
 /* A LoRA adapter on every projection of every block, A ~ U(+-1/sqrt(in)),
  * B ~ N(0, 0.3^2), scale 2. */
@@ -166,14 +165,6 @@ static int write_unpermuted(const char *src, const char *dst, int D) {
     return rc;
 }
 
-static char *path(const char *a, const char *b) {
-    static char buf[16][512];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s/%s", root, a, b);
-    return buf[k];
-}
-
 /* lmtune's answers for one model directory. */
 typedef struct {
     float *logits;         /* (T, V) */
@@ -233,8 +224,7 @@ int main(void) {
     llama_require();
     /* tiny models: one thread (OpenMP barriers stall on a shared, oversubscribed machine) */
     omp_set_num_threads(1);
-    snprintf(root, sizeof root, "build/test_llama_interop.%d", (int)getpid());
-    CHECK(dir_ensure(root) == 0);
+    cli_begin("llama_interop");
     static Case cases[N_ARCH];
     int job_of[N_ARCH][N_JOBS];
     int n_jobs = 0;
@@ -316,8 +306,6 @@ int main(void) {
     mem_free(lc);
     mem_free(fused_lc);
     json_decref(res);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (check_failed == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    root_remove();
     return check_finish("llama_interop");
 }

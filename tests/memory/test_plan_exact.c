@@ -11,15 +11,13 @@
  * bench/memory.py runs the wide matrix. */
 #include "base/fileio.h"
 #include "check.h"
-#include <stdarg.h>
+#include "cli_run.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static const char *bin;
 
 /* Under AddressSanitizer the resident set is ASan's too (shadow memory, the
  * allocator's quarantine): the sanitized build runs every command for its
@@ -30,16 +28,6 @@ static const bool sanitized = true;
 static const bool sanitized = false;
 #endif
 static char dir[128];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
 
 /* The planned total printed by `lmtune CMD ARGS` (plan, or eval/generate --plan). */
 static size_t planned_by(const char *command, const char *args) {
