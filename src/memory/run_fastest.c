@@ -84,13 +84,18 @@ int run_fastest(const RunShape *asked, const RunInputs *in, RunFastest *out) {
     return 0;
 }
 
-void run_config_flags(const RunConfig *c, char *buf, size_t n) {
+/* ck (cap bytes) = the checkpointing of c as run_ckpt_text writes it: "off", "on" or "blocks 3,5-7" */
+static void config_ckpt_text(const RunConfig *c, char *ck, size_t cap) {
     ModelSpec s;
     memset(&s, 0, sizeof s);
     s.grad_checkpoint = c->shape.grad_checkpoint;
     s.ckpt_blocks = c->shape.ckpt_blocks;
+    run_ckpt_text(&s, ck, cap);
+}
+
+void run_config_flags(const RunConfig *c, char *buf, size_t n) {
     char ck[160];
-    run_ckpt_text(&s, ck, sizeof ck);
+    config_ckpt_text(c, ck, sizeof ck);
     const char *flag = !strcmp(ck, "off") ? "" : !strcmp(ck, "on") ? " --grad-checkpoint" : " --grad-checkpoint ";
     snprintf(buf, n, "--batch-size %d --grad-accumulation-steps %d%s%s --weights-dtype %s", c->shape.batch_size,
              c->shape.grad_accumulation_steps, flag, !strncmp(ck, "blocks ", 7) ? ck + 7 : "",
@@ -116,12 +121,8 @@ void run_fastest_print(const RunFastest *f, const RunShape *asked, FILE *out) {
             "checkpointed blocks", "planned", "GFLOP", "step (est.)");
     for (int i = 0; i < f->n; i++) {
         const RunConfig *c = &f->list[i];
-        ModelSpec s;
-        memset(&s, 0, sizeof s);
-        s.ckpt_blocks = c->shape.ckpt_blocks;
-        s.grad_checkpoint = c->shape.grad_checkpoint;
         char ck[160];
-        run_ckpt_text(&s, ck, sizeof ck);
+        config_ckpt_text(c, ck, sizeof ck);
         fprintf(out, "  %-11d %-5d %-7s %-20s %12s %10.1f %11.3fs%s%s\n", c->shape.batch_size,
                 c->shape.grad_accumulation_steps, c->shape.spec.weight_dtype == DTYPE_BF16 ? "bf16" : "f32",
                 !strncmp(ck, "blocks ", 7) ? ck + 7 : ck, format_bytes(b1, sizeof b1, c->total), c->gflop, c->seconds,
