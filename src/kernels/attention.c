@@ -23,7 +23,8 @@
  * (batch, kv head), since a kv head's dk/dv gather all its query heads and
  * every dq row of those heads is written by that task alone: no races, no
  * atomics, and a fixed summation order (same bits for any thread count).
- * The workspace holds D_i = rowsum(dout * out) for every query row.
+ * The workspace holds D_i = rowsum(dout * out) for every query row (with
+ * bf16 products, dout rounded to bf16 as dP = dO V^T sees it).
  *
  * Compiled twice in the portable build (kernels/isa.h): the AVX-512 compile
  * adds the 4 x 64 register tile of tile_gemm. */
@@ -152,6 +153,19 @@ BF16_FN void bf16_pairs(uint32_t *dst, int ldd, const float *src, size_t lds, in
     }
 }
 
+/* sum_d round_bf16(g[d]) o[d] over a row of D floats (D a multiple of 16),
+ * g rounded as bf16_rows rounds the backward's dO operand (see
+ * attention_backward's D_i) */
+BF16_FN float rowdot_bf16(const float *g, const float *o, int D) {
+    __m512 s = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 16) {
+        __m256i gb = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(g + d));
+        __m512 gr = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(gb), 16));
+        s = _mm512_fmadd_ps(gr, _mm512_loadu_ps(o + d), s);
+    }
+    return _mm512_reduce_add_ps(s);
+}
+
 /* tile_gemm in bf16: C (M, N) (+)= A (M, K) B (K, N), K = 2 K2; word (i, kp)
  * of A at A[i*ai + kp*ak], word (kp, n) of B at Bp[kp*ldb + n]; tri and set
  * as tile_gemm's (the triangle bounds fall on even k: rows come in fours). */
@@ -238,6 +252,10 @@ static void bf16_rows(uint32_t *dst, int ldd, const float *src, size_t lds, int 
 }
 static void bf16_pairs(uint32_t *dst, int ldd, const float *src, size_t lds, int K, int n) {
     (void)dst, (void)ldd, (void)src, (void)lds, (void)K, (void)n;
+}
+static float rowdot_bf16(const float *g, const float *o, int D) {
+    (void)g, (void)o, (void)D;
+    return 0.0f;
 }
 static void tile_gemm_bf16(float *C, int ldc, const uint32_t *A, int ai, int ak, const uint32_t *Bp, int ldb, int M,
                            int K2, int N, int tri, int set) {
@@ -593,12 +611,24 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
     const int window = ap->window;
     const bool bf = use_bf16(ap, D);
     const int Dw = Dp / 2, Tb = bf ? TILE * Dp / 2 : 1, Pw = bf ? TILE * TILE / 2 : 1;
-    float *rowdot = workspace; /* (B, H, T): D_i = sum_d dout_i * out_i */
+    /* (B, H, T): D_i = sum_d dout_i * out_i. With bf16 products dout is
+     * rounded here as dO's operand is: dP_ij = dO~_i . V~_j comes from that
+     * rounded dO, and out (the forward's, from the same rounded P and V) is
+     * sum_j P_ij V~_j up to the rounding of P, so sum_j P_ij dP_ij - D_i
+     * cancels as in exact arithmetic (FlashAttention-2 gets the same from
+     * keeping O and dO in bf16). D_i from the exact dout instead leaves
+     * (dO - dO~) . out in every dP_ij - D_i of the row, amplified by the
+     * cancellation. O(T D) per head, like the fp32 path's loop. */
+    float *rowdot = workspace;
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * H * D > 32768)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) {
                 const float *g = dout + (((size_t)b * T + t) * H + h) * D, *o = out + (((size_t)b * T + t) * H + h) * D;
+                if (bf) {
+                    rowdot[((size_t)b * H + h) * T + t] = rowdot_bf16(g, o, D);
+                    continue;
+                }
                 float s = 0.0f;
                 for (int d = 0; d < D; d++) s += g[d] * o[d];
                 rowdot[((size_t)b * H + h) * T + t] = s;

@@ -14,8 +14,10 @@
  *     tiles, column ranges) and the fused GEMV of decoding give the same bits
  *     in both variants;
  *   - attention's bf16 tile products (AttnParams.bf16, AVX512_BF16) against
- *     the fp32 kernel within bf16 bounds, and the fp32 bits wherever bf16
- *     does not apply (portable variant, head dims not a multiple of 32);
+ *     the fp32 kernel within bf16 bounds, also where values share a common
+ *     offset (the backward's D_i from the same rounded dO as dP), and the
+ *     fp32 bits wherever bf16 does not apply (portable variant, head dims
+ *     not a multiple of 32);
  *   - LMTUNE_NO_AVX512=1 turns the AVX-512 variants, oneDNN's bf16
  *     products and attention's bf16 products off (checked in a child process: the choice is made once).
  * A build without the choice (make NATIVE=1, non-x86) has one variant: only
@@ -289,6 +291,38 @@ static void test_attention_bf16(int B, int T, int H, int KVH, int D, int window,
     for (int i = 0; i < 3; i++) {
         attn_run_free(&r[i]);
     }
+    attn_case_free(&c);
+}
+
+/* The backward's D_i = rowsum(dout * out) and its dP = dO V^T must see the
+ * same dO: dS = P (dP - D_i) is a cancellation, sum_j P_ij dP_ij = D_i, and
+ * any mismatch between the two is added to every dS_ij of the row. With bf16
+ * products dP comes from dO rounded to bf16, so D_i does too. Values sharing
+ * a common offset (4 + uniform noise) make the cancellation deep; they are
+ * bf16 numbers here, so that dO is the only operand of dP whose rounding
+ * could mismatch. The backward runs from the bf16 forward's out and lse, as
+ * in training, and must meet test_attention_bf16's bounds: with D_i from the
+ * unrounded dout dq and dk were 1.2e-2 to 1.7e-2 off in these cases, with
+ * it 4.0e-3 to 5.7e-3. */
+static void test_attention_bf16_offset(int B, int T, int H, int KVH, int D, int window, float softcap) {
+    if (!attention_bf16_supported() || D % 32 != 0) return; /* test_attention_bf16 checks the fp32 bits there */
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
+    AttnParams ab = ap;
+    ab.bf16 = true;
+    AttnCase c = attn_case(B, T, H, KVH, D);
+    for (size_t i = 0; i < c.nk; i++) c.v[i] = bf16_to_f32(f32_to_bf16(4.0f + c.v[i]));
+    AttnRun r[2] = {attn_run_new(&c), attn_run_new(&c)};
+    attn_fwd(attention_forward, &r[0], &c, &ap);
+    attn_bwd(attention_backward, &r[0], &r[0], &c, &ap);
+    attn_fwd(attention_forward, &r[1], &c, &ab);
+    attn_bwd(attention_backward, &r[1], &r[1], &c, &ab);
+    double eq = rel_l2(r[1].dq, r[0].dq, c.nq), ek = rel_l2(r[1].dk, r[0].dk, c.nk), ev = rel_l2(r[1].dv, r[0].dv, c.nk);
+    CHECK_MSG(eq < 1e-2 && ek < 1e-2 && ev < 1e-2, "attention bf16 backward, values offset by 4 (T %d H %d KVH %d "
+              "D %d window %d cap %g): dq %.3g dk %.3g dv %.3g", T, H, KVH, D, window, softcap, eq, ek, ev);
+    printf("attention bf16 B %d T %3d H %d KVH %d D %3d window %3d cap %4g, values offset by 4: rel err dq %.2e "
+           "dk %.2e dv %.2e\n", B, T, H, KVH, D, window, softcap, eq, ek, ev);
+    attn_run_free(&r[0]);
+    attn_run_free(&r[1]);
     attn_case_free(&c);
 }
 
@@ -647,6 +681,11 @@ int main(int argc, char **argv) {
         test_attention_bf16(1, 130, 4, 2, 32, 0, 2.5f);
         test_attention_bf16(1, 190, 2, 1, 256, 70, 3.0f);
         test_attention_bf16(1, 70, 6, 3, 80, 0, 0.0f);
+        /* D_i from the rounded dO (a deep cancellation: values with a common offset) */
+        test_attention_bf16_offset(2, 300, 9, 3, 64, 0, 0.0f);
+        test_attention_bf16_offset(1, 256, 4, 1, 128, 0, 0.0f);
+        test_attention_bf16_offset(1, 130, 4, 2, 32, 0, 2.5f);
+        test_attention_bf16_offset(1, 190, 2, 1, 256, 70, 3.0f);
         test_lmhead_variants(DTYPE_F32, 0.0f);
         test_lmhead_variants(DTYPE_F32, 4.0f);
         if (matmul_bf16_supported()) {
