@@ -146,3 +146,15 @@ void sys_warm_code(void) {
     }
     (void)acc;
 }
+
+/* Why passive: on these shared VMs another process on one of the two cores
+ * leaves a spinning thread burning its partner's time slice at every
+ * barrier (SmolLM2-135M step 32 s -> 59 s wall under one busy loop), and on
+ * a quiet machine waiting passively measured no slower (bench/RESULTS.md,
+ * "OpenMP's waiting"). */
+void sys_default_wait_policy(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY"); /* the exec failed: say what this process runs with */
+}

@@ -20,4 +20,10 @@ void rss_snapshot_baseline(void);
  * baseline measured after it holds it: the program's own code segments and
  * the libm functions it calls. */
 void sys_warm_code(void);
+/* OpenMP threads that wait sleep (OMP_WAIT_POLICY=passive) unless the user
+ * chose a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set): libgomp reads the
+ * policy when it loads, before main, so this sets it and executes the
+ * program again (/proc/self/exe, same arguments); it returns only where
+ * nothing had to change or the exec failed (then libgomp's default stays). */
+void sys_default_wait_policy(char **argv);
 #endif

@@ -1,4 +1,6 @@
-/* main.c: `lmtune COMMAND [flags]`: dispatches to the command files. */
+/* main.c: `lmtune COMMAND [flags]`: sets OpenMP's waiting (sys_default_wait_policy), then
+ * dispatches to the command files. */
+#include "base/sys.h"
 #include "cli/commands.h"
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +27,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    sys_default_wait_policy(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

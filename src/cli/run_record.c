@@ -164,6 +164,8 @@ static json_t *record_json(const RunRecord *r) {
     json_object_set_new(j, "max_grad_norm", json_real(a->max_grad_norm));
     json_object_set_new(j, "memory_limit", a->memory_limit ? json_integer((json_int_t)a->memory_limit) : json_null());
     json_object_set_new(j, "threads", json_integer(r->threads));
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    json_object_set_new(j, "omp_wait_policy", wait ? json_string(wait) : json_null());
     json_object_set_new(j, "data", json_string(a->data));
     json_t *sets = json_array();
     const struct {
