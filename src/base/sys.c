@@ -1,4 +1,4 @@
-/* sys.c: timers, resident memory, size parsing (see sys.h). */
+/* sys.c: timers, resident memory, size parsing, OpenMP's waiting policy (see sys.h). */
 #include "sys.h"
 #include "error.h"
 #include <stdio.h>
