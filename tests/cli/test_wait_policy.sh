@@ -8,16 +8,10 @@
 # workers do the same and the run succeeds.
 set -u
 cd "$(dirname "$0")/../.."
-BIN=${LMTUNE_BIN:-$PWD/lmtune}
-T=$(mktemp -d /tmp/lmtune_wait.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+. tests/shell_setup.sh
+test_setup wait
 
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || exit 1
-mkdir -p "$T/data"
-head -n 24 demo/data/train.jsonl > "$T/data/train.jsonl"
-head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+tiny_model 24
 F="--model $T/model --data $T/data --num-layers -1 --iters 4 --batch-size 2 --max-seq-length 48 --val-batches 1
    --steps-per-report 1 --steps-per-eval 4 --learning-rate 1e-3 --threads 2 --seed 3"
 policy() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["omp_wait_policy"])' "$1/run.json"; }

@@ -10,20 +10,14 @@
 # gives one error naming the file and the line, and leaves the old report.
 set -u
 cd "$(dirname "$0")/../.."
-BIN=${LMTUNE_BIN:-$PWD/lmtune}
-T=$(mktemp -d /tmp/lmtune_report.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+. tests/shell_setup.sh
+test_setup report
 check_report() {  # REPORT METRICS [flags]: the polylines against the metrics file
   checks=$((checks+1))
   if ! python3 tests/report/check_report.py "$@"; then fail=$((fail+1)); echo "FAIL: check_report $*"; fi
 }
 
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || exit 1
-mkdir -p "$T/data"
-head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"
-head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+tiny_model
 run() {
   "$BIN" train --model "$T/model" --data "$T/data" --num-layers -1 --batch-size 2 --max-seq-length 48 \
     --val-batches 1 --steps-per-report 2 --steps-per-eval 4 --learning-rate 1e-3 --threads 1 --seed 1 "$@"

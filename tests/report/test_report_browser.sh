@@ -9,20 +9,13 @@
 # skipped-update line and the memory plan's bar. No chromium: SKIP (77).
 set -u
 cd "$(dirname "$0")/../.."
-BIN=${LMTUNE_BIN:-$PWD/lmtune}
+. tests/shell_setup.sh
+test_setup browser
 if ! command -v chromium >/dev/null; then
   echo "SKIP: chromium is not installed (scripts/install-deps.sh installs it)"
   exit 77
 fi
-T=$(mktemp -d /tmp/lmtune_browser.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
-
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || exit 1
-mkdir -p "$T/data"
-head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"
-head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+tiny_model
 # a limit 20% above the plan, so the plan bar has its limit line (the plan's
 # own figure: under AddressSanitizer the baseline alone is above 30 MB)
 planned=$("$BIN" plan --model "$T/model" --data "$T/data" --num-layers -1 --batch-size 2 --max-seq-length 48 \

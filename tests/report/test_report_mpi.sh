@@ -7,19 +7,12 @@
 # training the same global batches). Not an MPI build: SKIP (77).
 set -u
 cd "$(dirname "$0")/../.."
-BIN=${LMTUNE_BIN:-$PWD/lmtune}
+. tests/shell_setup.sh
+test_setup report_mpi
 if ! ldd "$BIN" 2>/dev/null | grep -q libmpi || ! command -v mpirun >/dev/null; then
   echo "SKIP: not an MPI build (Open MPI is installed by scripts/install-deps.sh; make MPI=1)"; exit 77
 fi
-T=$(mktemp -d /tmp/lmtune_report_mpi.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
-
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || exit 1
-mkdir -p "$T/data"
-head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"
-head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+tiny_model
 F="--model $T/model --data $T/data --num-layers -1 --iters 12 --batch-size 4 --max-seq-length 48 --val-batches 1
    --steps-per-report 2 --steps-per-eval 4 --learning-rate 1e-2 --optimizer sgd --loss-normalization tokens --threads 1
    --max-grad-norm 1"

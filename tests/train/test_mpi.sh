@@ -6,7 +6,9 @@
 # over the global batch, so the split does not change the objective).
 # Without an MPI build or mpirun: skipped (exit 77, a failure in strict runs).
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
+cd "$(dirname "$0")/../.."
+. tests/shell_setup.sh
+test_setup mpi
 if ! command -v mpirun >/dev/null; then
   echo "SKIP: no mpirun (scripts/install-deps.sh installs openmpi-bin)"
   exit 77
@@ -15,11 +17,7 @@ if ! ldd "$BIN" 2>/dev/null | grep -q libmpi; then
   echo "SKIP: $BIN is built without MPI (make MPI=1)"
   exit 77
 fi
-T=$(mktemp -d /tmp/lmtune_mpi.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fail=0; checks=0
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || exit 1
-mkdir -p "$T/data"; head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"; head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+tiny_model
 MPIRUN="mpirun --oversubscribe --allow-run-as-root"
 for A in 1 2; do
   F="--model $T/model --data $T/data --num-layers -1 --iters 8 --batch-size 4 --max-seq-length 48 --val-batches 1

@@ -8,16 +8,10 @@
 # TERM=dumb, there is no carriage return and no escape sequence at all.
 set -u
 cd "$(dirname "$0")/../.."
-BIN=${LMTUNE_BIN:-$PWD/lmtune}
-T=$(mktemp -d /tmp/lmtune_progress.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+. tests/shell_setup.sh
+test_setup progress
 
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || exit 1
-mkdir -p "$T/data"
-head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"
-head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+tiny_model
 ARGS=(train --model "$T/model" --data "$T/data" --num-layers -1 --batch-size 2 --max-seq-length 48 --val-batches 1
       --steps-per-report 5 --steps-per-eval 10 --learning-rate 1e-3 --threads 1 --seed 1 --iters 20 --save-every 10)
 # 120 ms per iteration under the terminal: the progress line (at most ten redraws a second) is drawn at

@@ -5,16 +5,10 @@
 # adapter bytes as a run never stopped, with dropout and accumulation), the
 # non-finite guard, flag errors, and eval printing what train --test prints.
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
-T=$(mktemp -d /tmp/lmtune_train_cli.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
-
-"$BIN" init --preset tiny --out "$T/model" --tokenizer-text demo/data/train.jsonl --vocab-size 300 >/dev/null || { echo "init failed"; exit 1; }
-mkdir -p "$T/data"
-head -n 40 demo/data/train.jsonl > "$T/data/train.jsonl"
-head -n 8 demo/data/valid.jsonl > "$T/data/valid.jsonl"
+cd "$(dirname "$0")/../.."
+. tests/shell_setup.sh
+test_setup train_cli
+tiny_model
 head -n 8 demo/data/test.jsonl > "$T/data/test.jsonl"
 cat > "$T/cfg.yaml" <<'YAML'
 num_layers: -1
