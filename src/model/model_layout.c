@@ -347,19 +347,27 @@ static void acts_split_whole(const Dims *d, Sub *s, BlockActs *a, unsigned adapt
     a->transient = false;
 }
 
-static int carve_set(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a, unsigned adapted,
-                     bool own_xa, int rows, int B, int kinds) {
+/* carve_set with at least min_bytes carved (the region shared with the
+ * LM-head chunk, walk_activations); *base_out (if given) its start. */
+static int carve_set_min(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a, unsigned adapted,
+                         bool own_xa, int rows, int B, int kinds, size_t min_bytes, void **base_out) {
     Sub s = {0};
     BlockActs tmp;
     acts_split_whole(d, &s, &tmp, adapted, own_xa, rows, B, kinds);
     void *base;
-    TRY(carve(cv, cls, name, s.off, &base));
+    TRY(carve(cv, cls, name, s.off > min_bytes ? s.off : min_bytes, &base));
     memset(a, 0, sizeof *a);
     if (base) {
         Sub s2 = {base, 0};
         acts_split_whole(d, &s2, a, adapted, own_xa, rows, B, kinds);
     }
+    if (base_out) *base_out = base;
     return 0;
+}
+
+static int carve_set(Carver *cv, MemClass cls, const char *name, const Dims *d, BlockActs *a, unsigned adapted,
+                     bool own_xa, int rows, int B, int kinds) {
+    return carve_set_min(cv, cls, name, d, a, adapted, own_xa, rows, B, kinds, 0, NULL);
 }
 
 /* A trainable block's own set; its transient intermediates point into `shared`. */
@@ -645,9 +653,18 @@ static int walk_trainables(Model *m, const ModelSpec *spec, Carver *cv) {
 }
 
 /* Part of 4, block by block: saved activations or a checkpointed input, then
- * the one-block workspace (recompute; forward when not training) */
+ * the one-block workspace (recompute; forward when not training).
+ *
+ * The LM-head chunk (lm_bytes) lives only between the last block's forward
+ * and the first block's backward, when no block's intermediates are: the
+ * recompute set is rebuilt for each block before its backward, and the
+ * shared transient set (ln1, ln2, act) likewise (block_backward). So when
+ * training, the chunk is carved inside one of them (the recompute set when
+ * there is one), which is made at least lm_bytes long: one region instead of
+ * two. *lm_at is then the chunk (NULL when planning); *lm_placed says
+ * whether it was placed here. */
 static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kinds_all, int kinds_train,
-                           unsigned ad_all) {
+                           unsigned ad_all, size_t lm_bytes, bool *lm_placed, void **lm_at) {
     const Dims *d = &m->d;
     size_t N = (size_t)d->N;
     char nm[160];
@@ -674,7 +691,18 @@ static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kind
             const char *what = d->q35 ? "norm and GLU outputs, gate and Gated DeltaNet intermediates "
                                         "(one block, rebuilt in backward)"
                                       : "norm outputs and GLU output (one block, rebuilt in backward)";
-            TRY(carve(cv, MEM_ACTIVATIONS, what, s.off, &base));
+            char what_lm[200];
+            size_t bytes = s.off;
+            if (!any_ckpt) {   /* the LM-head chunk shares it */
+                snprintf(what_lm, sizeof what_lm, "%s, and the LM-head + cross-entropy chunk", what);
+                what = what_lm;
+                if (lm_bytes > bytes) bytes = lm_bytes;
+            }
+            TRY(carve(cv, MEM_ACTIVATIONS, what, bytes, &base));
+            if (!any_ckpt) {
+                *lm_placed = true;
+                *lm_at = base;
+            }
             if (base) {
                 Sub s2 = {base, 0};
                 shared_split(d, &s2, &shared, d->N, kinds_train);
@@ -697,8 +725,10 @@ static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kind
             a->x_in = xin;
         }
         if (any_ckpt) {
-            TRY(carve_set(cv, MEM_RECOMPUTE, "one block's activations (recompute)", d, &m->work, ad_all, true, d->N,
-                          d->B, kinds_all));
+            TRY(carve_set_min(cv, MEM_RECOMPUTE, "one block's activations (recompute), and the LM-head + "
+                              "cross-entropy chunk", d, &m->work, ad_all, true, d->N, d->B, kinds_all, lm_bytes,
+                              lm_at));
+            *lm_placed = true;
         } else if (d->q35 && d->lo > 0) {
             /* the frozen blocks below run in acts[0], unless their kind differs (Qwen3.5) */
             TRY(carve_set(cv, MEM_ACTIVATIONS, "one block's activations (forward workspace of the frozen blocks)",
@@ -724,7 +754,10 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
     CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
     CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
     CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
-    TRY(walk_block_acts(m, spec, cv, kinds_all, kinds_train, ad_all));
+    size_t lm_bytes = lmhead_scratch_floats(d->chunk, d->C, d->V) * 4;
+    bool lm_placed = false;
+    void *lm_at = NULL;
+    TRY(walk_block_acts(m, spec, cv, kinds_all, kinds_train, ad_all, lm_bytes, &lm_placed, &lm_at));
     if (d->train) {
         Sub s = {0};
         Scratch tmp;
@@ -759,8 +792,8 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
             lora_split(d, &s2, &m->ls, dora);
         }
     }
-    CARVE(cv, MEM_LMHEAD, "LM-head + cross-entropy chunk", lmhead_scratch_floats(d->chunk, d->C, d->V) * 4,
-          m->lmhead_scratch);
+    if (lm_placed) m->lmhead_scratch = lm_at;
+    else CARVE(cv, MEM_LMHEAD, "LM-head + cross-entropy chunk", lm_bytes, m->lmhead_scratch);
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "model_testutil.h"
 #include "base/dtype.h"
 #include "kernels/frozen_weight.h"
+#include "kernels/ops.h"
 #include <unistd.h>
 
 static size_t r64(size_t b) { return (b + 63) / 64 * 64; }
@@ -79,6 +80,17 @@ int main(void) {
     CHECK(plan_class(&cfg, &lora, DTYPE_F32, MEM_CHECKPOINTS) == 0);
     CHECK(plan_class(&cfg, &ck, DTYPE_F32, MEM_RECOMPUTE) > 0);
     CHECK(plan_class(&cfg, &ck, DTYPE_F32, MEM_ACTIVATIONS) < plan_class(&cfg, &lora, DTYPE_F32, MEM_ACTIVATIONS));
+    /* training: the LM-head chunk (N rows here) shares the bytes of a block
+     * workspace that is dead while it runs (the recompute set, else the
+     * shared norm / GLU outputs); the class keeps the targets and row
+     * weights. A forward-only run carves it on its own. */
+    size_t lm_chunk = r64(lmhead_scratch_floats((int)N, C, cfg.vocab_size) * 4), lm_small = 2 * r64(N * 4);
+    CHECK(plan_class(&cfg, &lora, DTYPE_F32, MEM_LMHEAD) == lm_small);
+    CHECK(plan_class(&cfg, &ck, DTYPE_F32, MEM_LMHEAD) == lm_small);
+    CHECK(plan_class(&cfg, &ck, DTYPE_F32, MEM_RECOMPUTE) >= lm_chunk);
+    CHECK(plan_class(&cfg, &lora, DTYPE_F32, MEM_ACTIVATIONS) >= lm_chunk);
+    ModelSpec fwd_only = lora; fwd_only.training = false;
+    CHECK(plan_class(&cfg, &fwd_only, DTYPE_F32, MEM_LMHEAD) == lm_small + lm_chunk);
     /* F32 file used in place: nothing converted into the arena; BF16 run converts every matrix */
     CHECK(plan_class(&cfg, &lora, DTYPE_F32, MEM_FROZEN_WEIGHTS) == 0);
     ModelSpec bf = lora; bf.weight_dtype = DTYPE_BF16;
