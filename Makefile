@@ -130,7 +130,7 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
 
 # The bench programs are built (not run) by `make test` too, so that an API
 # change cannot leave them uncompilable until the next bench.
-BENCH_BIN := $(addprefix $(BUILD)/bench/,gemm_peak attn_window attn_speed decode_speed gguf_requant frozen_product)
+BENCH_BIN := $(addprefix $(BUILD)/bench/,gemm_peak attn_window attn_speed decode_speed gguf_requant frozen_product lora_fold)
 
 # Strict unless LMTUNE_TEST_STRICT=0: a skipped test fails `make test`.
 test: $(TEST_DEPS_STAMP) $(BUILD)/lmtune $(TEST_BIN) $(BENCH_BIN)
@@ -158,6 +158,10 @@ $(BUILD)/bench/gguf_requant: bench/gguf_requant.c $(LIB)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/frozen_product: bench/frozen_product.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/lora_fold: bench/lora_fold.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
