@@ -75,7 +75,9 @@ void ISA_FN(glu_forward)(float *out, const float *gate, const float *up, size_t 
 }
 
 /* set: dgate, dup are written (=), not accumulated into (+=): a gradient
- * buffer's only contribution needs no zeroing pass and no read of it. */
+ * buffer's only contribution needs no zeroing pass and no read of it. In
+ * set mode dgate may be gate and dup up (in place): every element of gate,
+ * up and dout is read before that element of dgate or dup is written. */
 static void glu_backward_impl(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                               size_t rows, size_t F, size_t ld, int act, int set) {
     size_t bpr = blocks_per_row(F), items = rows * bpr;
@@ -92,8 +94,9 @@ static void glu_backward_impl(float *dgate, float *dup, const float *dout, const
                 store16(du + c, dv * a);
             }
             for (; c < end; c++) {
-                dg[c] = d[c] * u[c] * dact1(g[c], act);
-                du[c] = d[c] * act1(g[c], act);
+                float gc = g[c], uc = u[c], dc = d[c];
+                dg[c] = dc * uc * dact1(gc, act);
+                du[c] = dc * act1(gc, act);
             }
             continue;
         }

@@ -255,15 +255,19 @@ void block_mlp_backward(Model *m, int layer, const BlockActs *a, int N) {
     const float *dmlp = sc->dres;
     if (d->sandwich) dmlp = post_norm_backward(m, bp->dpn2, a->mlp, bp->pn2, a->prstd2, N);
     proj_backward(m, bp, layer, PROJ_DOWN, sc->dact, true, dmlp, a->act, a->xa[PROJ_DOWN], N);
-    /* dgate and dup (fused: the two halves of one (N, 2F) region) are written whole: no zeroing */
-    PROF(PROF_SWIGLU, glu_backward_set(sc->dgate, sc->dup, sc->dact, a->gate, a->up, (size_t)N, (size_t)d->F,
+    /* dgate and dup overwrite the gate and up outputs they are computed from
+     * (element by element, each read before its write): nothing reads those
+     * outputs after this block's backward, and the scratch holds no (N, F)
+     * pair for them. Fused gate_up: the two halves of one (N, 2F) region. */
+    float *dgate = a->gate, *dup = a->up;
+    PROF(PROF_SWIGLU, glu_backward_set(dgate, dup, sc->dact, a->gate, a->up, (size_t)N, (size_t)d->F,
                                        (size_t)d->gu_ld, d->act));
     if (d->gu_ld != d->F) {
-        proj_backward(m, bp, layer, PROJ_GATE_UP, sc->dln, true, sc->dgate, a->ln2, a->xa[PROJ_GATE_UP], N);
+        proj_backward(m, bp, layer, PROJ_GATE_UP, sc->dln, true, dgate, a->ln2, a->xa[PROJ_GATE_UP], N);
     } else {
         const float *douts[PROJ_COUNT] = {0};
-        douts[PROJ_GATE] = sc->dgate;
-        douts[PROJ_UP] = sc->dup;
+        douts[PROJ_GATE] = dgate;
+        douts[PROJ_UP] = dup;
         proj_group_backward(m, bp, layer, gate_up_mask(d), sc->dln, douts, a->ln2, a->xa, N);
     }
     PROF(PROF_NORM, rmsnorm_backward(sc->dres, bp->dln2, sc->dln, a->x_mid, bp->ln2, off, a->rstd2, N, C));

@@ -157,7 +157,7 @@ typedef struct {
     float *dpost;             /* sandwich: (N, C) gradient of a normed output's input */
     float *datt, *dq, *dk, *dv; /* (N, QD), (N, QD), (N, KVD), (N, KVD) */
     float *dq_pre, *dk_pre;   /* q/k norms */
-    float *dgate, *dup, *dact; /* (N, gu_ld) rows, (N, F) */
+    float *dact;              /* (N, F) gradient of the GLU output; shares its bytes with the mixer's */
     float *dxa;               /* (N, r) */
     float *dat;               /* (r, max in) LoRA dA^T, see proj_backward; merged groups: (3 r, C) at least */
     float *xa_grp;            /* merged LoRA groups (lora_merge_ok): (N, 3 r) x@[A..] forward, dxa backward */

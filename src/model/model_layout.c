@@ -413,6 +413,12 @@ static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kin
     sc->dres = sub_f(s, N * d->C);
     sc->dln = sub_f(s, N * d->C);
     if (d->sandwich) sc->dpost = sub_f(s, N * d->C);
+    /* The mixer's gradients (attention or Gated DeltaNet) and the MLP's one
+     * (dact) share their bytes: block_backward runs the MLP's backward to
+     * its end before the mixer's, and the next block's MLP after it. The
+     * gradients of gate and up need no scratch: glu_backward_set writes
+     * them over the gate and up outputs it reads (block_mlp_backward). */
+    size_t union_at = s->off;
     if (kinds & KIND_ATTN) {
         sc->datt = sub_f(s, N * d->QD);
         sc->dq = sub_f(s, N * d->QD);
@@ -441,14 +447,10 @@ static void scratch_split(const Dims *d, Sub *s, Scratch *sc, bool dora, int kin
         sc->dga = sub_f(s, N * g->Hv);
         sc->dgb = sub_f(s, N * g->Hv);
     }
-    if (d->gu_ld != d->F) {
-        sc->dgate = sub_f(s, N * d->gu_ld);
-        sc->dup = sc->dgate ? sc->dgate + d->F : NULL;
-    } else {
-        sc->dgate = sub_f(s, N * d->F);
-        sc->dup = sub_f(s, N * d->F);
-    }
+    size_t mixer_end = s->off;
+    s->off = union_at;
     sc->dact = sub_f(s, N * d->F);
+    if (s->off < mixer_end) s->off = mixer_end;
     if (d->r) sc->dxa = sub_f(s, N * d->r);
     /* merged LoRA groups (lora.c): at most 3 members (q/k/v), each reading (N, C) */
     bool merge = lora_merge_ok(d, d->N);
