@@ -6,11 +6,8 @@
 # files, and an unknown flag, a bad value or a missing required flag is one
 # line on stderr naming the flag (exit 1, nothing on stdout, nothing made).
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
-T=$(mktemp -d /tmp/lmtune_command_flags.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-ok() { checks=$((checks+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAIL: $2"; fi; }
+. tests/shell_setup.sh
+test_setup command_flags
 # Runs a command that must be refused: exit 1, stdout empty, one line on
 # stderr (in $T/err).
 refused() { "$@" >"$T/out" 2>"$T/err"; local rc=$?; [ $rc -eq 1 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ]; }

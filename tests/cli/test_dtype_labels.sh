@@ -10,13 +10,9 @@
 # an MLX-quantized model (4-bit codes, bf16 scales) under three labels, and
 # every command on a GGUF base (no label: the file's tensors say it all).
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
+. tests/shell_setup.sh
+test_setup dtype_labels
 PY=/usr/bin/python3
-T=$(mktemp -d /tmp/lmtune_dtype_labels.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
-ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
 # --weights-dtype auto times bf16 against fp32 products at start-up: near a tie
 # the choice follows the machine's load, not the label. The first label of each
 # stored dtype trains under auto; its choice is then given to every later run of

@@ -14,13 +14,9 @@
 # And text data: a tokenizer without tokenizer_config.json (no EOS) takes
 # config.json's eos_token_id, as the examples' token counts show.
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
+. tests/shell_setup.sh
+test_setup generate_mlx
 PY=/usr/bin/python3
-T=$(mktemp -d /tmp/lmtune_generate_mlx.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
-ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
 
 "$BIN" init --preset tiny --layers 2 --out "$T/m" --tokenizer-text demo/data/train.jsonl --vocab-size 300 --seed 3 \
   --init fan-in >/dev/null || { echo "init failed"; exit 1; }

@@ -16,13 +16,9 @@
 #    10 repo ids from a Hugging Face cache laid out in a temp dir; 11 silent
 #    mismatches made loud; 12 a flag value that is the next flag.
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
+. tests/shell_setup.sh
+test_setup mlx_parity
 PY=/usr/bin/python3
-T=$(mktemp -d /tmp/lmtune_mlx_parity.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
-ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
 listing() { (cd "$1" && find . -type f | sort | xargs md5sum); }
 
 "$BIN" init --preset tiny --layers 2 --out "$T/m" --tokenizer-text demo/data/train.jsonl --vocab-size 300 --seed 3 \

@@ -7,13 +7,9 @@
 # must also equal the committed tests/train/mlx_schedules.expected that
 # test_schedule.c reads). Ten schedules: each kind with and without warm-up.
 set -u
-BIN=${LMTUNE_BIN:-./lmtune}
+. tests/shell_setup.sh
+test_setup schedule_cli
 PY=/usr/bin/python3
-T=$(mktemp -d /tmp/lmtune_schedule_cli.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail=0; checks=0
-# the check runs in a subshell: an error in it (an unset variable) fails it instead of skipping it
-ok() { checks=$((checks+1)); if ! (eval "$1"); then fail=$((fail+1)); echo "FAIL: $2"; fi; }
 if ! "$PY" -c "import numpy" 2>/dev/null; then
   echo "SKIP: $PY with numpy is needed (scripts/install-deps.sh)"
   exit 77
