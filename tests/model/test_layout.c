@@ -91,6 +91,16 @@ int main(void) {
     CHECK(plan_class(&cfg, &lora, DTYPE_F32, MEM_ACTIVATIONS) >= lm_chunk);
     ModelSpec fwd_only = lora; fwd_only.training = false;
     CHECK(plan_class(&cfg, &fwd_only, DTYPE_F32, MEM_LMHEAD) == lm_small + lm_chunk);
+    /* the backward scratch by hand: the residual and norm-input gradients;
+     * attention's gradients and the MLP's dact in one shared span (no (N, F)
+     * pair for gate and up: the GLU backward writes over its inputs); the
+     * LoRA pieces (dxa, dA^T, the merged q/k/v group's x@A and its A's) */
+    size_t mixer = 2 * r64(N * QD * 4) + 2 * r64(N * KVD * 4), dact = r64(N * F * 4);
+    size_t widest_io = (size_t)(F > C ? F : C), dat_cols = widest_io > 3 * (size_t)C ? widest_io : 3 * (size_t)C;
+    size_t scratch = 2 * r64(N * C * 4) + (mixer > dact ? mixer : dact) + r64(N * r * 4) + r64(r * dat_cols * 4) +
+                     r64(N * 3 * r * 4) + r64((size_t)C * 3 * r * 4);
+    CHECK_MSG(plan_class(&cfg, &lora, DTYPE_F32, MEM_BACKWARD_SCRATCH) == scratch, "backward scratch %zu, by hand %zu",
+              plan_class(&cfg, &lora, DTYPE_F32, MEM_BACKWARD_SCRATCH), scratch);
     /* F32 file used in place: nothing converted into the arena; BF16 run converts every matrix */
     CHECK(plan_class(&cfg, &lora, DTYPE_F32, MEM_FROZEN_WEIGHTS) == 0);
     ModelSpec bf = lora; bf.weight_dtype = DTYPE_BF16;
