@@ -155,7 +155,7 @@ def main():
     peaks = {t: gemm_peak(t) for t in sorted({c[5] for c in configs})}
     rows = []
     hdr = ("| model | mode | weights | ckpt | seq | threads | lmtune tok/s | s/step | peak RSS | MFU | attention share "
-           "| PyTorch tok/s | PyTorch RSS | ratio |")
+           "| PyTorch tok/s | PyTorch RSS | ratio | RSS ratio |")
     if args.cpu_time:
         hdr += " lmtune CPU s/step | PyTorch CPU s/step | CPU ratio |"
     print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
@@ -183,8 +183,8 @@ def main():
         mfu = flops_per_token(shape, mode, seq) * t / peak if peak else float("nan")
         tt, trss = (median(ts), max(trs)) if ts else (float("nan"), float("nan"))
         row = (f"| {shape} | {mode} | {dtype} | {'yes' if ckpt else 'no'} | {seq} | {threads} | {t:.0f} | "
-               f"{batch * seq / t:.2f} | {max(rss) / 1e9:.2f} GB | {100 * mfu:.0f}% | {100 * median(shares):.1f}% | "
-               f"{tt:.0f} | {trss / 1e9:.2f} GB | {t / tt:.2f}x |")
+               f"{batch * seq / t:.2f} | {max(rss) / 1e9:.3f} GB | {100 * mfu:.0f}% | {100 * median(shares):.1f}% | "
+               f"{tt:.0f} | {trss / 1e9:.3f} GB | {t / tt:.2f}x | {max(rss) / trss:.3f}x |")
         if args.cpu_time:
             row += f" {median(lc):.2f} | {median(tc):.2f} | {median(tc) / median(lc):.2f}x |"
         print(row, flush=True)
