@@ -481,14 +481,14 @@ static int walk_trainables(Model *m, const ModelSpec *spec, Carver *cv) {
 /* Part of 4, block by block: saved activations or a checkpointed input, then
  * the one-block workspace (recompute; forward when not training).
  *
- * The LM-head chunk (lm_bytes) lives only between the last block's forward
- * and the first block's backward, when no block's intermediates are: the
- * recompute set is rebuilt for each block before its backward, and the
- * shared transient set (ln1, ln2, act) likewise (block_backward). So when
- * training, the chunk is carved inside one of them (the recompute set when
- * there is one), which is made at least lm_bytes long: one region instead of
- * two. *lm_at is then the chunk (NULL when planning); *lm_placed says
- * whether it was placed here. */
+ * The LM-head chunk and the final norm's output it reads (lm_bytes) live
+ * only between the last block's forward and the first block's backward,
+ * when no block's intermediates are: the recompute set is rebuilt for each
+ * block before its backward, and the shared transient set (ln1, ln2, act)
+ * likewise (block_backward). So when training, they are carved inside one
+ * of them (the recompute set when there is one), which is made at least
+ * lm_bytes long: one region instead of three. *lm_at is then their start
+ * (NULL when planning); *lm_placed says whether they were placed here. */
 static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kinds_all, int kinds_train,
                            unsigned ad_all, size_t lm_bytes, bool *lm_placed, void **lm_at) {
     const Dims *d = &m->d;
@@ -520,7 +520,7 @@ static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kind
             char what_lm[200];
             size_t bytes = s.off;
             if (!any_ckpt) {   /* the LM-head chunk shares it */
-                snprintf(what_lm, sizeof what_lm, "%s, and the LM-head + cross-entropy chunk", what);
+                snprintf(what_lm, sizeof what_lm, "%s, and the final norm output and LM-head chunk", what);
                 what = what_lm;
                 if (lm_bytes > bytes) bytes = lm_bytes;
             }
@@ -551,8 +551,8 @@ static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kind
             a->x_in = xin;
         }
         if (any_ckpt) {
-            TRY(carve_set_min(cv, MEM_RECOMPUTE, "one block's activations (recompute), and the LM-head + "
-                              "cross-entropy chunk", d, &m->work, ad_all, true, d->N, d->B, kinds_all, lm_bytes,
+            TRY(carve_set_min(cv, MEM_RECOMPUTE, "one block's activations (recompute), and the final norm "
+                              "output and LM-head chunk", d, &m->work, ad_all, true, d->N, d->B, kinds_all, lm_bytes,
                               lm_at));
             *lm_placed = true;
         } else if (d->q35 && d->lo > 0) {
@@ -578,12 +578,15 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
     CARVE(cv, MEM_ACTIVATIONS, "token ids", N * sizeof(int), m->ids);
     CARVE(cv, MEM_ACTIVATIONS, "residual stream (ping)", N * d->C * 4, m->resid[0]);
     CARVE(cv, MEM_ACTIVATIONS, "residual stream (pong)", N * d->C * 4, m->resid[1]);
-    CARVE(cv, MEM_ACTIVATIONS, "final norm output", N * d->C * 4, m->final_out);
     CARVE(cv, MEM_ACTIVATIONS, "final norm rstd", N * 4, m->final_rstd);
-    size_t lm_bytes = lmhead_scratch_floats(d->chunk, d->C, d->V) * 4;
+    /* the LM-head chunk, then the final norm's output (walk_block_acts) */
+    size_t lm_bytes = lmhead_scratch_floats(d->chunk, d->C, d->V) * 4, final_bytes = N * d->C * 4;
+    size_t lm_span = arena_block_size(lm_bytes) + arena_block_size(final_bytes);
     bool lm_placed = false;
     void *lm_at = NULL;
-    TRY(walk_block_acts(m, spec, cv, kinds_all, kinds_train, ad_all, lm_bytes, &lm_placed, &lm_at));
+    TRY(walk_block_acts(m, spec, cv, kinds_all, kinds_train, ad_all, lm_span, &lm_placed, &lm_at));
+    if (lm_placed) m->final_out = lm_at ? (float *)((char *)lm_at + arena_block_size(lm_bytes)) : NULL;
+    else CARVE(cv, MEM_ACTIVATIONS, "final norm output", final_bytes, m->final_out);
     if (d->train) {
         Sub s = {0};
         Scratch tmp;
