@@ -481,16 +481,16 @@ static int walk_trainables(Model *m, const ModelSpec *spec, Carver *cv) {
 /* Part of 4, block by block: saved activations or a checkpointed input, then
  * the one-block workspace (recompute; forward when not training).
  *
- * The LM-head chunk and the final norm's output it reads (lm_bytes) live
+ * The LM-head chunk and the final norm's output it reads (lm_span) live
  * only between the last block's forward and the first block's backward,
  * when no block's intermediates are: the recompute set is rebuilt for each
  * block before its backward, and the shared transient set (ln1, ln2, act)
  * likewise (block_backward). So when training, they are carved inside one
  * of them (the recompute set when there is one), which is made at least
- * lm_bytes long: one region instead of three. *lm_at is then their start
+ * lm_span long: one region instead of three. *lm_at is then their start
  * (NULL when planning); *lm_placed says whether they were placed here. */
 static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kinds_all, int kinds_train,
-                           unsigned ad_all, size_t lm_bytes, bool *lm_placed, void **lm_at) {
+                           unsigned ad_all, size_t lm_span, bool *lm_placed, void **lm_at) {
     const Dims *d = &m->d;
     size_t N = (size_t)d->N;
     char nm[160];
@@ -519,16 +519,14 @@ static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kind
                                       : "norm outputs and GLU output (one block, rebuilt in backward)";
             char what_lm[200];
             size_t bytes = s.off;
-            if (!any_ckpt) {   /* the LM-head chunk shares it */
+            if (!any_ckpt) {   /* the LM-head span shares it (else the recompute set does, below) */
                 snprintf(what_lm, sizeof what_lm, "%s, and the final norm output and LM-head chunk", what);
                 what = what_lm;
-                if (lm_bytes > bytes) bytes = lm_bytes;
+                if (lm_span > bytes) bytes = lm_span;
+                *lm_placed = true;
             }
             TRY(carve(cv, MEM_ACTIVATIONS, what, bytes, &base));
-            if (!any_ckpt) {
-                *lm_placed = true;
-                *lm_at = base;
-            }
+            if (!any_ckpt) *lm_at = base;
             if (base) {
                 Sub s2 = {base, 0};
                 shared_split(d, &s2, &shared, d->N, kinds_train);
@@ -552,7 +550,7 @@ static int walk_block_acts(Model *m, const ModelSpec *spec, Carver *cv, int kind
         }
         if (any_ckpt) {
             TRY(carve_set_min(cv, MEM_RECOMPUTE, "one block's activations (recompute), and the final norm "
-                              "output and LM-head chunk", d, &m->work, ad_all, true, d->N, d->B, kinds_all, lm_bytes,
+                              "output and LM-head chunk", d, &m->work, ad_all, true, d->N, d->B, kinds_all, lm_span,
                               lm_at));
             *lm_placed = true;
         } else if (d->q35 && d->lo > 0) {
@@ -585,8 +583,12 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
     bool lm_placed = false;
     void *lm_at = NULL;
     TRY(walk_block_acts(m, spec, cv, kinds_all, kinds_train, ad_all, lm_span, &lm_placed, &lm_at));
-    if (lm_placed) m->final_out = lm_at ? (float *)((char *)lm_at + arena_block_size(lm_bytes)) : NULL;
-    else CARVE(cv, MEM_ACTIVATIONS, "final norm output", final_bytes, m->final_out);
+    if (lm_placed) {
+        m->lmhead_scratch = lm_at;
+        m->final_out = lm_at ? (float *)((char *)lm_at + arena_block_size(lm_bytes)) : NULL;
+    } else {
+        CARVE(cv, MEM_ACTIVATIONS, "final norm output", final_bytes, m->final_out);
+    }
     if (d->train) {
         Sub s = {0};
         Scratch tmp;
@@ -621,8 +623,7 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
             lora_split(d, &s2, &m->ls, dora);
         }
     }
-    if (lm_placed) m->lmhead_scratch = lm_at;
-    else CARVE(cv, MEM_LMHEAD, "LM-head + cross-entropy chunk", lm_bytes, m->lmhead_scratch);
+    if (!lm_placed) CARVE(cv, MEM_LMHEAD, "LM-head + cross-entropy chunk", lm_bytes, m->lmhead_scratch);
     return 0;
 }
 
