@@ -111,7 +111,7 @@ def torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, steps, war
     if ckpt: cmd.append("--grad-checkpoint")
     env = dict(os.environ)
     env.pop("OPENBLAS_L2_SIZE", None)
-    env.pop("OPENBLAS_CORETYPE", None)     # unset: OpenBLAS picks its AVX-512 (Cooperlake) kernels itself,
+    env.pop("OPENBLAS_CORETYPE", None)     # torch_train.py sets it from the CPU's flags (AVX-512 kernels),
                                            # PyTorch's best setting here (the machine's default pins older ones)
     out, _, _, rss = run(cmd, env=env, check=check, max_address_space=max_address_space)
     res = json.loads(out.strip().splitlines()[-1])
@@ -168,9 +168,12 @@ def main():
         # lmtune and PyTorch runs alternate, so that both see the same
         # machine (shared and noisy): the ratio is of medians taken side by side
         tps, rss, shares, ts, trs, lc, tc = [], [], [], [], [], [], []
+        chosen = set()   # the frozen products' dtype each run took (bf16 weights: auto measures)
         for i in range(args.runs):
+            info = {}
             t, r, a, c = lmtune_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, 2, args.steps,
-                                             args.cpu_time)
+                                             args.cpu_time, info=info)
+            chosen.add("bf16" if info.get("products", "").startswith("bf16") else "f32")
             tps.append(t); rss.append(r); shares.append(a); lc.append(c)
             if with_torch:
                 a, b, c2 = torch_tokens_per_s(shape, mode, dtype, ckpt, seq, batch, threads, args.steps)
@@ -179,10 +182,14 @@ def main():
                   (f", PyTorch {a:.0f} tok/s ({c2:.2f} CPU s/step)" if with_torch else ""),
                   file=sys.stderr, flush=True)
         t = median(tps)
-        peak = peaks[threads]["bf16" if dtype == "bf16" else "f32"] * 1e9
+        # MFU against the probe of the products the run multiplied in: on an Intel Xeon without AMX, auto
+        # takes fp32 products for bf16 weights (bf16 runs at ~0.55x there), and the bf16 probe would read >100%
+        products = "bf16" if chosen == {"bf16"} else "f32" if chosen == {"f32"} else None
+        peak = (peaks[threads][products] if products else max(peaks[threads].values())) * 1e9
         mfu = flops_per_token(shape, mode, seq) * t / peak if peak else float("nan")
         tt, trss = (median(ts), max(trs)) if ts else (float("nan"), float("nan"))
-        row = (f"| {shape} | {mode} | {dtype} | {'yes' if ckpt else 'no'} | {seq} | {threads} | {t:.0f} | "
+        label = dtype if products in (None, dtype) else f"{dtype} ({products} products)"
+        row = (f"| {shape} | {mode} | {label} | {'yes' if ckpt else 'no'} | {seq} | {threads} | {t:.0f} | "
                f"{batch * seq / t:.2f} | {max(rss) / 1e9:.3f} GB | {100 * mfu:.0f}% | {100 * median(shares):.1f}% | "
                f"{tt:.0f} | {trss / 1e9:.3f} GB | {t / tt:.2f}x | {max(rss) / trss:.3f}x |")
         if args.cpu_time:

@@ -42,9 +42,12 @@ CPU. The script re-executes itself once with
     products go to whatever libblas.so.3 the loader finds; the netlib
     reference BLAS would be a meaningless baseline): the OpenMP build,
     libopenblas0-openmp, which shares torch's OpenMP pool, from --blas-dir or
-    the system alternative; OPENBLAS_CORETYPE unset, so that OpenBLAS picks
-    its own kernels (AVX-512: SkylakeX or Cooperlake) unless
-    --openblas-coretype says otherwise;
+    the system alternative; OPENBLAS_CORETYPE set from the CPU's
+    instruction sets (AVX-512 with AVX512_BF16: Cooperlake, AVX-512:
+    SkylakeX, AVX2: Haswell) unless --openblas-coretype says otherwise:
+    OpenBLAS's own choice goes by the CPU model, and on a model newer than
+    its table (an Emerald Rapids Xeon) falls back to Prescott's SSE3
+    kernels, 4.7x slower;
   - OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads, torch.set_num_threads;
   - timing after --warmup steps (3 by default: the allocator grows over the
     first steps).
@@ -105,7 +108,7 @@ def parse_args():
     ap.add_argument("--compute", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: pure bf16 (weights, activations and trainables bf16; needs --weights bf16)")
     ap.add_argument("--untuned", action="store_true", help="plain PyTorch: glibc malloc, default ATen capability")
-    ap.add_argument("--openblas-coretype", default=None, help="OPENBLAS_CORETYPE (default: unset, OpenBLAS chooses)")
+    ap.add_argument("--openblas-coretype", default=None, help="OPENBLAS_CORETYPE (default: the best family for the CPU's flags; see openblas_coretype_for_cpu)")
     ap.add_argument("--blas-dir", default=os.environ.get("LMTUNE_BLAS_DIR"),
                     help="directory holding an optimized libblas.so.3 (e.g. OpenBLAS), put first on LD_LIBRARY_PATH")
     args = ap.parse_args()
@@ -120,6 +123,22 @@ def cpu_flags():
             if line.startswith("flags"):
                 return set(line.split(":", 1)[1].split())
     return set()
+
+
+def openblas_coretype_for_cpu():
+    """OpenBLAS's best kernel family for this CPU's instruction sets. OpenBLAS
+    picks its kernels from the CPU model, and a model newer than its table
+    falls back to the oldest ones: Debian's 0.3.21 takes an Intel Xeon of
+    model 207 (Emerald Rapids, AVX-512 + AVX512_BF16) for a Prescott, whose
+    SSE3 kernels multiply at ~62 GFLOP/s on 2 threads there against ~290 for
+    SkylakeX / Cooperlake (and 159 for Haswell). A careful user names the
+    family; so does the tuned baseline."""
+    f = cpu_flags()
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= f:
+        return "Cooperlake" if "avx512_bf16" in f else "SkylakeX"
+    if {"avx2", "fma"} <= f:
+        return "Haswell"
+    return None
 
 
 def find_tcmalloc():
@@ -142,8 +161,9 @@ def reexec_tuned(args):
         env["LD_LIBRARY_PATH"] = args.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     env.pop("OPENBLAS_CORETYPE", None)
     env.pop("OPENBLAS_L2_SIZE", None)
-    if args.openblas_coretype:
-        env["OPENBLAS_CORETYPE"] = args.openblas_coretype
+    coretype = args.openblas_coretype or (None if args.untuned else openblas_coretype_for_cpu())
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(args.threads)
     if not args.untuned:
         tc = find_tcmalloc()

@@ -300,7 +300,7 @@ int cmd_generate(int argc, char **argv) {
     Model *model;
     Arena arena;
     InferRequest req = {INFER_GENERATE, model_dir, a.adapter_path, NULL, 0, 0, 0, 0, (int)n_ids, max_tokens, 1, 0,
-                        infer_baseline_now(NULL), a.memory_limit, a.max_kv_size};
+                        infer_baseline_now(NULL), a.memory_limit, a.max_kv_size, false, DTYPE_F32};
     if (a.plan) {
         int prc = infer_print_plan(&req, true, stdout);
         mem_free(ids);

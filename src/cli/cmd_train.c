@@ -186,6 +186,7 @@ static int run_test_only(const TrainArgs *a) {
         .model = a->model, .adapter_path = a->adapter_path, .data = a->data, .chat_template = a->chat_template,
         .test_batches = a->test_batches, .max_seq_length = a->max_seq_length, .batch_size = a->batch_size,
         .seed = a->seed, .threads = a->threads, .memory_limit = a->memory_limit, .mlx_log = true,
+        .weights_dtype = a->weights_dtype,
     };
     run_data_options(a, &e.data_options);
     return eval_run(&e);

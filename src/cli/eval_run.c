@@ -2,16 +2,47 @@
 #include "cli/eval_run.h"
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
 #include "dist/dist.h"
 #include "formats/hf_config.h"
+#include "kernels/matmul.h"
 #include "memory/infer_plan.h"
 #include "model/adapter_io.h"
 #include "tokenizer/tokenizer.h"
 #include "train/sources.h"
 #include "train/trainer.h"
+
+/* --weights-dtype: the frozen products' dtype (*out), as lmtune
+ * train chooses it: auto measures bf16 weights' products both ways on this
+ * evaluation's shapes (forward only; an Intel Xeon with AVX512_BF16 and no
+ * AMX runs bf16 products at ~0.55x fp32, AMD Zen 4 at ~1.8x); every worker
+ * takes rank 0's choice. why: the "Frozen products:" line. */
+static int choose_products(const EvalRequest *r, const ModelConfig *cfg, DType *out, char *why, size_t cap) {
+    const char *choice = r->weights_dtype ? r->weights_dtype : "auto";
+    if (!strcmp(choice, "bf16") || !strcmp(choice, "f32")) {
+        bool bf16 = !strcmp(choice, "bf16");
+        if (bf16 && !matmul_bf16_supported())
+            return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
+                             "AVX-512 on); use f32 or auto");
+        *out = bf16 ? DTYPE_BF16 : DTYPE_F32;
+        snprintf(why, cap, "%s (--weights-dtype %s)", bf16 ? "bf16" : "fp32", choice);
+        return 0;
+    }
+    if (strcmp(choice, "auto"))
+        return error_set("--weights-dtype: expected auto, f32 or bf16 (got \"%s\")", choice);
+    ModelSpec probe = {.type = TUNE_NONE, .num_layers = -1, .training = false};
+    long rows = (long)r->batch_size * r->max_seq_length;
+    TRY(model_auto_weights_dtype(r->model, cfg, &probe, (int)(rows < 256 ? rows : 256), out, why, cap));
+    if (dist_world() > 1) {
+        double bf16 = dist_rank() == 0 && *out == DTYPE_BF16 ? 1.0 : 0.0;
+        TRY(dist_all_sum_doubles(&bf16, 1));
+        *out = bf16 > 0.5 ? DTYPE_BF16 : DTYPE_F32;
+    }
+    return 0;
+}
 
 /* mlx_lm.lora's progress lines: on stdout, rank 0 only (cli_ui.rprint). */
 static void log_line(const EvalRequest *r, const char *text) {
@@ -49,8 +80,15 @@ int eval_run(const EvalRequest *r) {
     have_test = true;
     if (dopt.mask_prompt) dataset_warn_no_targets(&test, r->max_seq_length);
     /* planned before any weight is loaded (memory/infer_plan.h) */
+    /* the probe first: the baseline is measured after it has freed its buffers */
+    char products[512];
+    DType products_dtype;
+    if (choose_products(r, &cfg, &products_dtype, products, sizeof products) < 0) goto out;
+    /* on stderr: mlx_lm.lora --test's stdout is its four lines, which train --test keeps */
+    if (dist_rank() == 0) fprintf(stderr, "Frozen products: %s\n", products);
     InferRequest req = {INFER_EVAL, r->model, adapter, &test, r->batch_size, r->max_seq_length, r->test_batches,
-                        r->seed, 0, 0, dist_world(), r->threads, infer_baseline_now(&test), r->memory_limit, 0};
+                        r->seed, 0, 0, dist_world(), r->threads, infer_baseline_now(&test), r->memory_limit, 0,
+                        true, products_dtype};
     if (r->plan) {
         rc = infer_print_plan(&req, true, stdout);
         goto out;

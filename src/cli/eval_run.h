@@ -3,7 +3,10 @@
  * --train) share: the test split, the base model with an optional adapter
  * (its adapter_config.json gives the type, layers, rank and scale, as
  * MLX-LM's load_adapters reads them), and "Test loss X, Test ppl Y." on
- * stdout. Nothing is written. */
+ * stdout. Nothing is written. The frozen products' dtype is chosen as
+ * lmtune train chooses it (--weights-dtype; auto measures bf16 weights'
+ * products both ways on the evaluation's shapes, rank 0's choice for every
+ * worker) and printed as "Frozen products: ..." on stderr. */
 #ifndef LT_EVAL_RUN_H
 #define LT_EVAL_RUN_H
 #include <stdbool.h>
@@ -25,6 +28,7 @@ typedef struct {
     bool plan;                  /* print the memory plan and stop (eval --plan) */
     DatasetOptions data_options;   /* mask_prompt, feature keys (chat_template is filled in here) */
     bool mlx_log;               /* print mlx_lm.lora's "Loading pretrained model" / "Loading datasets" / "Testing" */
+    const char *weights_dtype;  /* --weights-dtype: "auto" (or NULL), "f32" or "bf16", as lmtune train takes it */
 } EvalRequest;
 
 int eval_run(const EvalRequest *r);

@@ -94,7 +94,8 @@ int infer_plan_build(const InferRequest *r, MemPlan *plan, ModelSpec *spec, int 
     int world = r->world > 0 ? r->world : 1;
     spec->type = TUNE_NONE;
     spec->num_layers = -1;
-    spec->weight_dtype = matmul_weight_dtype(ft);   /* as stored where bf16 products exist; F16 widened */
+    /* as stored where bf16 products exist (F16 widened), unless the command chose */
+    spec->weight_dtype = r->fixed_dtype ? r->weight_dtype : matmul_weight_dtype(ft);
     FrozenWeight *views = NULL;
     int n_views = 0;
     if (ws.quantized) TRY(model_frozen_views(r->model_dir, &cfg, spec->weight_dtype, &views, &n_views));

@@ -29,6 +29,9 @@ typedef struct {
     size_t baseline;            /* infer_baseline_now */
     size_t memory_limit;        /* 0: none */
     int max_kv_size;            /* generate: > 0, the KV cache holds at most this many positions and rotates */
+    bool fixed_dtype;           /* the frozen products run in weight_dtype (eval: --weights-dtype, measured under
+                                   auto); false: as stored where bf16 products exist (matmul_weight_dtype) */
+    DType weight_dtype;
 } InferRequest;
 
 /* Warms up (code, oneDNN probe) and measures the process baseline, less the

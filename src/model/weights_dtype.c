@@ -13,7 +13,8 @@
 #include "base/error.h"
 #include <stdio.h>
 
-/* The frozen products of one training step of spec, by shape. */
+/* The frozen products of one training step of spec (of one evaluation
+ * batch when !spec->training), by shape. */
 static int step_shapes(const ModelConfig *cfg, const ModelSpec *spec, ProbeShape *s) {
     int C = cfg->hidden_size, F = cfg->intermediate_size, L = cfg->num_hidden_layers;
     int QD = cfg->num_attention_heads * cfg->head_dim, KVD = cfg->num_key_value_heads * cfg->head_dim;
@@ -22,6 +23,7 @@ static int step_shapes(const ModelConfig *cfg, const ModelSpec *spec, ProbeShape
     /* blocks whose base matrices are frozen, run forward; and backward */
     double fwd = full ? L - trained : L, bwd = full ? 0 : trained;
     if (spec->grad_checkpoint && !full) fwd += trained;
+    if (!spec->training) bwd = 0;   /* an evaluation: forward products only */
     double qkv_bwd = bwd > 0 ? bwd - 1 : 0; /* the lowest trained block's q/k/v input gradient is not needed */
     int n = 0;
     s[n++] = (ProbeShape){C, QD, fwd, qkv_bwd};
@@ -29,7 +31,7 @@ static int step_shapes(const ModelConfig *cfg, const ModelSpec *spec, ProbeShape
     s[n++] = (ProbeShape){QD, C, fwd, bwd};
     s[n++] = (ProbeShape){C, F, 2 * fwd, 2 * bwd};
     s[n++] = (ProbeShape){F, C, fwd, bwd};
-    s[n++] = (ProbeShape){C, cfg->vocab_size, 1, 1};
+    s[n++] = (ProbeShape){C, cfg->vocab_size, 1, spec->training ? 1 : 0};
     return n;
 }
 

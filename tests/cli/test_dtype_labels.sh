@@ -16,7 +16,7 @@ PY=/usr/bin/python3
 # --weights-dtype auto times bf16 against fp32 products at start-up: near a tie
 # the choice follows the machine's load, not the label. The first label of each
 # stored dtype trains under auto; its choice is then given to every later run of
-# that dtype (the same products whatever the label), and to every plan.
+# that dtype (the same products whatever the label), to every plan and eval.
 WD=()
 products_of() { sed -n 's/^Frozen products: \(bf16\|fp32\).*/\1/p' "$1" | head -1 | sed 's/fp32/f32/'; }
 
@@ -83,10 +83,20 @@ P="What is the capital of France?"
 eval_test_generate() {
   local m=$1 o=$2 what=$3 rc
   "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
-    > "$o/eval.log" 2>&1
+    "${WD[@]}" > "$o/eval.log" 2>&1
   rc=$?; ok '[ $rc -eq 0 ] && grep -q "^Test loss" "$o/eval.log"' "eval, $what: $(tail -1 "$o/eval.log")"
+  # eval measures its own products under auto (as train does): it says which it took,
+  # and its loss is that of the same products asked for by name
+  "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+    > "$o/eval_auto.log" 2>&1
+  local chosen; chosen=$(products_of "$o/eval_auto.log")
+  ok '[ "$chosen" = bf16 ] || [ "$chosen" = f32 ]' "eval, $what: no 'Frozen products:' line under auto"
+  "$BIN" eval --model "$m" --data "$T/data" --adapter-path "$o/ad" --batch-size 2 --max-seq-length 48 --threads 1 \
+    --weights-dtype "${chosen:-f32}" > "$o/eval_named.log" 2>&1
+  ok '[ -n "$(grep "^Test loss" "$o/eval_auto.log")" ] && [ "$(grep "^Test loss" "$o/eval_auto.log")" = "$(grep "^Test loss" "$o/eval_named.log")" ]' \
+    "eval, $what: auto ($chosen) and --weights-dtype ${chosen:-f32} disagree"
   "$BIN" train --model "$m" --data "$T/data" --adapter-path "$o/ad" --test --batch-size 2 --max-seq-length 48 \
-    --threads 1 > "$o/test.log" 2>&1
+    --threads 1 "${WD[@]}" > "$o/test.log" 2>&1
   rc=$?; ok '[ $rc -eq 0 ] && [ "$(grep "^Test loss" "$o/test.log")" = "$(grep "^Test loss" "$o/eval.log")" ]' \
     "train --test (evaluation only), $what: $(tail -1 "$o/test.log")"
   "$BIN" generate --model "$m" --adapter-path "$o/ad" --prompt "$P" --max-tokens 6 --verbose False \
