@@ -69,7 +69,7 @@ TEST_SUPPORT := $(shell find tests -name '*.c' -not -name 'test_*.c' -not -path 
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The kernels with an AVX-512 variant (kernels/isa.h), compiled twice.
-ISA_SRC := src/kernels/attention.c src/kernels/lmhead_xent.c src/kernels/bf16_convert.c \
+ISA_SRC := src/kernels/attention.c src/kernels/attention_cache.c src/kernels/lmhead_xent.c src/kernels/bf16_convert.c \
            src/kernels/dequant_affine.c src/kernels/gemv_affine.c src/kernels/gated_delta.c src/kernels/glu.c
 ifeq ($(ISA_VARIANTS),1)
   LIB_OBJ += $(ISA_SRC:%.c=$(BUILD)/%.avx512.o)

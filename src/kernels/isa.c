@@ -88,6 +88,15 @@ extern __typeof__(affine_gemv) affine_gemv_base, affine_gemv_avx512;
 extern __typeof__(bf16_gemv) bf16_gemv_base, bf16_gemv_avx512;
 extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
 extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
+extern __typeof__(attention_cached) attention_cached_base, attention_cached_avx512;
+void attention_cached(float *out, const float *q, const float *kc, const float *vc, float *scores,
+                      size_t score_stride, int rows, int p0, int len, int H, int KVH, int D, const AttnParams *ap) {
+    if (isa_avx512())
+        attention_cached_avx512(out, q, kc, vc, scores, score_stride, rows, p0, len, H, KVH, D, ap);
+    else
+        attention_cached_base(out, q, kc, vc, scores, score_stride, rows, p0, len, H, KVH, D, ap);
+}
+
 extern __typeof__(glu_forward) glu_forward_base, glu_forward_avx512;
 extern __typeof__(glu_backward) glu_backward_base, glu_backward_avx512;
 extern __typeof__(glu_backward_set) glu_backward_set_base, glu_backward_set_avx512;

@@ -96,6 +96,15 @@ bool attention_bf16_supported(void);
  * bf16: the run asks for bf16 products (AttnParams.bf16): 62 KiB more at
  * D = 64 (the backward's bf16 operands). */
 size_t attention_stack_bytes(int D, bool bf16);
+/* Decoding (kernels/attention_cache.c): out (rows, H*D) for the query rows
+ * q (rows, H*D) at absolute positions p0.. over a KV cache of len slots
+ * (kc, vc: (len, KVH*D), keys after RoPE): row i sees positions j0..p0+i,
+ * j0 = p0+i-window+1 on a sliding layer (at least 0), the slot of position
+ * j being j mod len; a full layer's row sees at most len slots (a rotating
+ * cache: every slot). scores: H rows of score_stride >= the positions a row
+ * sees, one per head. Parallel over heads. */
+void attention_cached(float *out, const float *q, const float *kc, const float *vc, float *scores,
+                      size_t score_stride, int rows, int p0, int len, int H, int KVH, int D, const AttnParams *ap);
 
 /* --- gated MLP activations: out = act(gate) * up, act = silu (SwiGLU) or
  *     the tanh approximation of GELU (GeGLU, Gemma's gelu_pytorch_tanh).

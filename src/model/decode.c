@@ -26,48 +26,11 @@
 #include <string.h>
 
 /* out (rows, H*D): query row i (absolute position p0 + i) over the cached
- * positions it sees: within the window on a sliding layer (its ring holds
- * them all), every position up to its own on a full layer, or every slot of
- * a full layer's cache once it rotates. */
+ * positions it sees (kernels/attention_cache.c). */
 static void cached_attention(Model *m, int l, float *out, const float *q, int rows, int p0) {
     const Dims *d = &m->d;
-    const AttnParams *ap = &m->attn[l];
-    int H = d->H, D = d->D, KVD = d->KVD, grp = d->H / d->KVH, len = m->kv_len[l];
-    const float *kc = m->kcache + m->kv_off[l] * KVD, *vc = m->vcache + m->kv_off[l] * KVD;
-    float sc = ap->scale, cap = ap->softcap;
-    #pragma omp parallel for schedule(static)
-    for (int h = 0; h < H; h++) {
-        float *s = m->dec_scores + (size_t)h * d->kv_T;
-        int kh = h / grp;
-        for (int i = 0; i < rows; i++) {
-            int p = p0 + i, j0 = ap->window > 0 && p - ap->window + 1 > 0 ? p - ap->window + 1 : 0;
-            int n = p + 1 - j0;
-            if (ap->window == 0 && n > len) n = len;   /* a rotating cache: every slot */
-            const float *qi = q + (size_t)i * d->QD + (size_t)h * D;
-            float mx = -INFINITY;
-            for (int t = 0; t < n; t++) {
-                const float *kj = kc + (size_t)((j0 + t) % len) * KVD + (size_t)kh * D;
-                float dot = 0;
-                for (int e = 0; e < D; e++) dot += qi[e] * kj[e];
-                s[t] = dot * sc;
-                if (cap > 0.0f) s[t] = cap * tanhf(s[t] / cap);
-                if (s[t] > mx) mx = s[t];
-            }
-            double sum = 0;
-            for (int t = 0; t < n; t++) {
-                s[t] = expf(s[t] - mx);
-                sum += s[t];
-            }
-            float inv = (float)(1.0 / sum);
-            float *o = out + (size_t)i * d->QD + (size_t)h * D;
-            for (int e = 0; e < D; e++) o[e] = 0;
-            for (int t = 0; t < n; t++) {
-                const float *vj = vc + (size_t)((j0 + t) % len) * KVD + (size_t)kh * D;
-                float w = s[t] * inv;
-                for (int e = 0; e < D; e++) o[e] += w * vj[e];
-            }
-        }
-    }
+    attention_cached(out, q, m->kcache + m->kv_off[l] * d->KVD, m->vcache + m->kv_off[l] * d->KVD, m->dec_scores,
+                     (size_t)d->kv_T, rows, p0, m->kv_len[l], d->H, d->KVH, d->D, &m->attn[l]);
 }
 
 /* The slot of absolute position p in layer l's cache: p modulo the ring of

@@ -41,6 +41,7 @@
 
 #if defined(LT_ISA_DISPATCH)
 extern __typeof__(attention_forward) attention_forward_base, attention_forward_avx512;
+extern __typeof__(attention_cached) attention_cached_base, attention_cached_avx512;
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
@@ -655,6 +656,40 @@ static void test_switch(const char *self) {
 #endif
 }
 
+/* Decoding's attention over a KV cache (attention_cached): the T positions
+ * of one sequence fed in chunks of `chunk` rows, each chunk over the cache
+ * filled so far. Both variants give the same bits, and the rows equal the
+ * flash kernel's causal (or windowed, soft-capped) output on the same q, k,
+ * v, within float rounding: two implementations, one reference. */
+static void test_attention_cached(int T, int H, int KVH, int D, int chunk, int window, float cap) {
+    AttnCase c = attn_case(1, T, H, KVH, D);
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = cap};
+    AttnRun flash = attn_run_new(&c);
+    attention_forward(flash.out, flash.lse, c.q, c.k, c.v, 1, T, H, KVH, D, &ap);
+    float *ob = calloc(c.nq, sizeof(float)), *oa = calloc(c.nq, sizeof(float));
+    float *scores = malloc((size_t)H * T * sizeof(float));
+    int QD = H * D;
+    for (int p0 = 0; p0 < T; p0 += chunk) {   /* the cache holds every position: slot p is position p */
+        int rows = T - p0 < chunk ? T - p0 : chunk;
+        attention_cached_base(ob + (size_t)p0 * QD, c.q + (size_t)p0 * QD, c.k, c.v, scores, (size_t)T, rows, p0, T,
+                              H, KVH, D, &ap);
+        attention_cached_avx512(oa + (size_t)p0 * QD, c.q + (size_t)p0 * QD, c.k, c.v, scores, (size_t)T, rows, p0,
+                                T, H, KVH, D, &ap);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "attention_cached T=%d H=%d KVH=%d D=%d chunk=%d window=%d cap=%g", T, H, KVH, D,
+             chunk, window, cap);
+    CHECK_MSG(same_bits(ob, oa, c.nq), "%s: the AVX-512 variant's bits differ", what);
+    double err = rel_l2(oa, flash.out, c.nq);
+    CHECK_MSG(err < 1e-6, "%s: relative L2 %.2e from the flash kernel", what, err);
+    printf("%s: same bits in both variants, %.2e from the flash kernel\n", what, err);
+    free(ob);
+    free(oa);
+    free(scores);
+    attn_run_free(&flash);
+    attn_case_free(&c);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--describe")) {
         printf("%s: avx512 %d bf16 %d attention-bf16 %d\n", isa_describe(), isa_avx512(), matmul_bf16_supported(),
@@ -686,6 +721,13 @@ int main(int argc, char **argv) {
         test_attention_bf16_offset(1, 256, 4, 1, 128, 0, 0.0f);
         test_attention_bf16_offset(1, 130, 4, 2, 32, 0, 2.5f);
         test_attention_bf16_offset(1, 190, 2, 1, 256, 70, 3.0f);
+        /* decoding: the prompt in chunks (128 rows, as decode.c), one token at a time, a head dim not a
+         * multiple of 16, a sliding window, soft-capping */
+        test_attention_cached(300, 9, 3, 64, 128, 0, 0.0f);
+        test_attention_cached(40, 4, 2, 128, 1, 0, 0.0f);
+        test_attention_cached(70, 6, 3, 80, 16, 0, 0.0f);
+        test_attention_cached(150, 4, 2, 24, 32, 37, 0.0f);
+        test_attention_cached(130, 4, 2, 256, 64, 0, 2.5f);
         test_lmhead_variants(DTYPE_F32, 0.0f);
         test_lmhead_variants(DTYPE_F32, 4.0f);
         if (matmul_bf16_supported()) {
