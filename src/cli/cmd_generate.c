@@ -245,7 +245,8 @@ static uint64_t fresh_seed(void) {
 }
 
 /* The prompt's products, when it has at least this many tokens, run in the
- * dtype a start-up probe finds faster (model_auto_weights_dtype, ~0.1 s):
+ * dtype a start-up probe of products of this many rows finds faster
+ * (model_auto_weights_dtype, ~0.1 s):
  * on an Intel Xeon with AVX512_BF16 and no AMX, bf16 products run at ~0.55x
  * fp32, so a bf16 model's long prompt is read faster in fp32 products on
  * widened weights. Shorter prompts (a chat turn) keep the stored dtype,
@@ -259,7 +260,7 @@ static bool prompt_products(const char *model_dir, size_t n_ids, bool verbose, D
     if (model_config_load(model_dir, &cfg) < 0) die_with_error();
     ModelSpec probe = {.type = TUNE_NONE, .num_layers = -1, .training = false};
     char why[512];
-    if (model_auto_weights_dtype(model_dir, &cfg, &probe, n_ids < 256 ? (int)n_ids : 256, out, why, sizeof why) < 0)
+    if (model_auto_weights_dtype(model_dir, &cfg, &probe, PROBE_MIN_PROMPT, out, why, sizeof why) < 0)
         die_with_error();
     if (verbose) fprintf(stderr, "Frozen products: %s\n", why);
     return true;
