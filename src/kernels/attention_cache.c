@@ -40,6 +40,22 @@ VEC_INLINE float dot_d(const float *q, const float *k, int D) {
     return s;
 }
 
+/* o[0..W) = inv * sum over the n positions u of p_u v_u[0..W), position u in
+ * slot (j0 + u) mod len, slots KVD floats apart. W is 64 or 16 at the call
+ * sites, a constant after inlining: the W sums stay in registers. */
+VEC_INLINE void weighted_cols(float *restrict o, const float *vh, const float *p, int n, int j0, int len, int KVD,
+                              float inv, const int W) {
+    float acc[64] = {0};
+    for (int u = 0; u < n; u++) {
+        const float *restrict vj = vh + (size_t)((j0 + u) % len) * KVD;
+        float w = p[u];
+        #pragma omp simd
+        for (int e = 0; e < W; e++) acc[e] += w * vj[e];
+    }
+    #pragma omp simd
+    for (int e = 0; e < W; e++) o[e] = acc[e] * inv;
+}
+
 void ISA_FN(attention_cached)(float *out, const float *q, const float *kc, const float *vc, float *scores,
                       size_t score_stride, int rows, int p0, int len, int H, int KVH, int D, const AttnParams *ap) {
     const int grp = H / KVH, KVD = KVH * D, QD = H * D;
@@ -79,28 +95,8 @@ void ISA_FN(attention_cached)(float *out, const float *q, const float *kc, const
             float *restrict o = out + (size_t)i * QD + (size_t)h * D;
             const float *vh = vc + (size_t)kh * D;
             int e0 = 0;
-            for (; e0 + 64 <= D; e0 += 64) {   /* 64 floats of the output row stay in registers */
-                float acc64[64] = {0};
-                for (int u = 0; u < n; u++) {
-                    const float *restrict vj = vh + (size_t)((j0 + u) % len) * KVD + e0;
-                    float w = s[u];
-                    #pragma omp simd
-                    for (int e = 0; e < 64; e++) acc64[e] += w * vj[e];
-                }
-                #pragma omp simd
-                for (int e = 0; e < 64; e++) o[e0 + e] = acc64[e] * inv;
-            }
-            for (; e0 + 16 <= D; e0 += 16) {   /* the rest of a head dim of 80 or 96 */
-                float acc16[16] = {0};
-                for (int u = 0; u < n; u++) {
-                    const float *restrict vj = vh + (size_t)((j0 + u) % len) * KVD + e0;
-                    float w = s[u];
-                    #pragma omp simd
-                    for (int e = 0; e < 16; e++) acc16[e] += w * vj[e];
-                }
-                #pragma omp simd
-                for (int e = 0; e < 16; e++) o[e0 + e] = acc16[e] * inv;
-            }
+            for (; e0 + 64 <= D; e0 += 64) weighted_cols(o + e0, vh + e0, s, n, j0, len, KVD, inv, 64);
+            for (; e0 + 16 <= D; e0 += 16) weighted_cols(o + e0, vh + e0, s, n, j0, len, KVD, inv, 16);
             for (; e0 < D; e0++) {   /* a head dim that is not a multiple of 16 */
                 float a1 = 0.0f;
                 for (int u = 0; u < n; u++) a1 += s[u] * vh[(size_t)((j0 + u) % len) * KVD + e0];
