@@ -130,7 +130,7 @@ static int resumed_products(const char *adapter_dir, DType *out) {
 
 /* --weights-dtype: the frozen products' dtype, measured under auto, the same
  * on every worker (rank 0's) and across --resume; printed by rank 0. */
-static int choose_products(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, int rank, int world) {
+static int choose_products(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, int rank) {
     char note[512];
     bool automatic = !strcmp(a->weights_dtype, "auto");
     DType prev;
@@ -145,11 +145,7 @@ static int choose_products(const TrainArgs *a, const ModelConfig *cfg, RunShape 
     } else {
         TRY(train_args_weights_dtype(a, cfg, shape, note, sizeof note));
     }
-    if (automatic && world > 1) {
-        double bf16 = rank == 0 && shape->spec.weight_dtype == DTYPE_BF16 ? 1.0 : 0.0;
-        TRY(dist_all_sum_doubles(&bf16, 1));
-        shape->spec.weight_dtype = bf16 > 0.5 ? DTYPE_BF16 : DTYPE_F32;
-    }
+    if (automatic) TRY(weights_dtype_agree(&shape->spec.weight_dtype));
     if (rank == 0) printf("Frozen products: %s\n", note);
     return 0;
 }
@@ -218,7 +214,7 @@ static int run_train(Run *r, int *exit_code) {
     const ModelConfig *cfg = &r->d.cfg;
     RunShape shape;
     TRY(train_args_run_shape(a, cfg, &shape));
-    TRY(choose_products(a, cfg, &shape, rank, world));
+    TRY(choose_products(a, cfg, &shape, rank));
     if (a->batch_size == 0 || shape.ckpt_auto) {
         /* Every worker chooses the same; only rank 0 says so. */
         FILE *out = rank == 0 ? stdout : fopen("/dev/null", "w");

@@ -2,13 +2,12 @@
 #include "cli/eval_run.h"
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/fileio.h"
 #include "dist/dist.h"
 #include "formats/hf_config.h"
-#include "kernels/matmul.h"
+#include "cli/train_args.h"
 #include "memory/infer_plan.h"
 #include "model/adapter_io.h"
 #include "tokenizer/tokenizer.h"
@@ -22,26 +21,16 @@
  * takes rank 0's choice. why: the "Frozen products:" line. */
 static int choose_products(const EvalRequest *r, const ModelConfig *cfg, DType *out, char *why, size_t cap) {
     const char *choice = r->weights_dtype ? r->weights_dtype : "auto";
-    if (!strcmp(choice, "bf16") || !strcmp(choice, "f32")) {
-        bool bf16 = !strcmp(choice, "bf16");
-        if (bf16 && !matmul_bf16_supported())
-            return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
-                             "AVX-512 on); use f32 or auto");
-        *out = bf16 ? DTYPE_BF16 : DTYPE_F32;
-        snprintf(why, cap, "%s (--weights-dtype %s)", bf16 ? "bf16" : "fp32", choice);
+    int named = weights_dtype_named(choice, out);
+    TRY(named);
+    if (named) {
+        snprintf(why, cap, "%s (--weights-dtype %s)", *out == DTYPE_BF16 ? "bf16" : "fp32", choice);
         return 0;
     }
-    if (strcmp(choice, "auto"))
-        return error_set("--weights-dtype: expected auto, f32 or bf16 (got \"%s\")", choice);
     ModelSpec probe = {.type = TUNE_NONE, .num_layers = -1, .training = false};
     long rows = (long)r->batch_size * r->max_seq_length;
     TRY(model_auto_weights_dtype(r->model, cfg, &probe, (int)(rows < 256 ? rows : 256), out, why, cap));
-    if (dist_world() > 1) {
-        double bf16 = dist_rank() == 0 && *out == DTYPE_BF16 ? 1.0 : 0.0;
-        TRY(dist_all_sum_doubles(&bf16, 1));
-        *out = bf16 > 0.5 ? DTYPE_BF16 : DTYPE_F32;
-    }
-    return 0;
+    return weights_dtype_agree(out);
 }
 
 /* mlx_lm.lora's progress lines: on stdout, rank 0 only (cli_ui.rprint). */

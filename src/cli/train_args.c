@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "formats/hf_hub.h"
 #include <stdlib.h>
+#include "dist/dist.h"
 #include "kernels/matmul.h"
 
 #define OFF(f) offsetof(TrainArgs, f)
@@ -478,6 +479,25 @@ int plan_args_parse(TrainArgs *a, int argc, char **argv) {
     return parse_with(&PLAN_ARGS_TABLE, a, argc, argv);
 }
 
+int weights_dtype_named(const char *name, DType *out) {
+    if (!strcmp(name, "auto")) return 0;
+    if (!strcmp(name, "bf16") && !matmul_bf16_supported())
+        return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
+                         "AVX-512 on); use f32 or auto");
+    if (strcmp(name, "bf16") && strcmp(name, "f32"))
+        return error_set("--weights-dtype: expected auto, f32 or bf16 (got \"%s\")", name);
+    *out = !strcmp(name, "bf16") ? DTYPE_BF16 : DTYPE_F32;
+    return 1;
+}
+
+int weights_dtype_agree(DType *dt) {
+    if (dist_world() <= 1) return 0;
+    double bf16 = dist_rank() == 0 && *dt == DTYPE_BF16 ? 1.0 : 0.0;
+    TRY(dist_all_sum_doubles(&bf16, 1));
+    *dt = bf16 > 0.5 ? DTYPE_BF16 : DTYPE_F32;
+    return 0;
+}
+
 int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *out) {
     memset(out, 0, sizeof *out);
     ModelSpec *spec = &out->spec;
@@ -506,15 +526,9 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
             spec->lora_keys |= 1u << p;
         }
     }
-    if (!strcmp(a->weights_dtype, "bf16")) {
-        if (!matmul_bf16_supported()) {
-            return error_set("--weights-dtype bf16: this CPU has no bf16 matrix products (oneDNN has them from "
-                             "AVX-512 on); use f32 or auto");
-        }
-        spec->weight_dtype = DTYPE_BF16;
-    } else if (!strcmp(a->weights_dtype, "f32")) {
-        spec->weight_dtype = DTYPE_F32;
-    } else {
+    int named = weights_dtype_named(a->weights_dtype, &spec->weight_dtype);
+    TRY(named);
+    if (!named) {
         /* auto: the matrices are used as the stored weights say they are (the
          * safetensors headers or the GGUF tensors, not config.json's
          * torch_dtype label): BF16 where oneDNN has bf16 products, else F32;

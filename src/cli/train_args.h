@@ -105,4 +105,11 @@ int train_args_run_shape(const TrainArgs *a, const ModelConfig *cfg, RunShape *o
  * product shapes), replacing train_args_run_shape's first guess in
  * shape->spec. note: one line saying which and why. */
 int train_args_weights_dtype(const TrainArgs *a, const ModelConfig *cfg, RunShape *shape, char *note, size_t cap);
+/* --weights-dtype by name (train and eval): 1 and *out for "f32" or "bf16"
+ * (bf16 refused where oneDNN has no bf16 products), 0 for "auto", -1 with
+ * the error otherwise. */
+int weights_dtype_named(const char *name, DType *out);
+/* Every MPI worker takes rank 0's *dt (a probe's choice may differ between
+ * processes); a no-op on one process. */
+int weights_dtype_agree(DType *dt);
 #endif
