@@ -16,7 +16,9 @@
  * says how much of the chip the run got).
  *
  * Usage: build/rel/bench/attn_speed [reps [T ...]]  (default 3 reps, T = 512 1024 2048 4096)
- * ATTN_SPEED_SHAPES=smollm2,llama1b,d128 picks shapes; ATTN_SPEED_FP32_ONLY=1 skips the bf16 rows. */
+ * ATTN_SPEED_SHAPES=smollm2,llama1b,d128 picks shapes; ATTN_SPEED_FP32_ONLY=1 skips the bf16 rows;
+ * ATTN_SPEED_NO_SPLIT=1 runs the backward without key segments (attention_key_splits: a training run on
+ * these threads cuts a kv head's keys when 1 x KVH leaves threads idle). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +63,12 @@ static void time_pass(int which, int reps, int T, const Shape *s, bool bf16, dou
     float *q = filled(nq, 1), *k = filled(nk, 2), *v = filled(nk, 3), *dout = filled(nq, 4);
     float *out = calloc(nq, sizeof(float)), *lse = calloc((size_t)H * T, sizeof(float));
     float *dq = calloc(nq, sizeof(float)), *dk = calloc(nk, sizeof(float)), *dv = calloc(nk, sizeof(float));
-    float *ws = calloc(attention_workspace_floats(1, T, H, KVH, D), sizeof(float));
-    AttnParams ap = {.scale = 1.0f / 8.0f, .window = 0, .softcap = 0.0f, .bf16 = bf16};
+    /* the backward's key segments as a training run on these threads takes
+     * them (ATTN_SPEED_NO_SPLIT=1: none, one task per kv head) */
+    const char *nosplit = getenv("ATTN_SPEED_NO_SPLIT");
+    int splits = nosplit && *nosplit == '1' ? 1 : attention_key_splits(1, KVH, omp_get_max_threads());
+    float *ws = calloc(attention_workspace_floats(1, T, H, KVH, D, splits), sizeof(float));
+    AttnParams ap = {.scale = 1.0f / 8.0f, .window = 0, .softcap = 0.0f, .bf16 = bf16, .key_splits = splits};
     double w[64], c[64];
     if (reps > 64) reps = 64;
     attention_forward(out, lse, q, k, v, 1, T, H, KVH, D, &ap);

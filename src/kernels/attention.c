@@ -20,11 +20,16 @@
  *
  * Parallelism: the forward over (batch, query block, kv head, up to 4 of
  * its query heads, which share each transposed key tile); the backward over
- * (batch, kv head), since a kv head's dk/dv gather all its query heads and
- * every dq row of those heads is written by that task alone: no races, no
- * atomics, and a fixed summation order (same bits for any thread count).
+ * (key segment, batch, kv head), since a kv head's dk/dv gather all its
+ * query heads: every dk/dv row is written by one task, and every dq row by
+ * one task per key segment (segment 0 into dq, the others into partials
+ * summed in segment order at the end): no races, no atomics, and a fixed
+ * summation order (same bits for any thread count). Key segments
+ * (AttnParams.key_splits, attention_key_splits) exist only where batch x kv
+ * heads would leave threads idle: SmolLM2 at batch 1 has 3 kv heads.
  * The workspace holds D_i = rowsum(dout * out) for every query row (with
- * bf16 products, dout rounded to bf16 as dP = dO V^T sees it).
+ * bf16 products, dout rounded to bf16 as dP = dO V^T sees it), then the
+ * partials.
  *
  * Compiled twice in the portable build (kernels/isa.h): the AVX-512 compile
  * adds the 4 x 64 register tile of tile_gemm. */
@@ -41,7 +46,10 @@
 #include "kernels/tile_fma.h"
 #include "kernels/vec.h"
 
-enum { TILE = 64, MAX_HEAD_DIM = 256 };
+/* MAX_KEY_SPLITS bounds the dq partials (B, T, H, D) the backward's
+ * workspace holds (attention_key_splits) to 7 */
+enum { TILE = 64, MAX_HEAD_DIM = 256, MAX_KEY_SPLITS = 8 };
+_Static_assert(ATTN_PREFILL_ALIGN % TILE == 0, "a prefill chunk must start on a tile boundary");
 
 /* On a diagonal tile (query block == key block) half of each product is
  * known zero or unneeded; tri says which half to skip, per group of 4 rows
@@ -359,9 +367,56 @@ static inline void visible_range(int qi, int k0, int krows, int window, int *lo,
     *hi = h < krows ? h : krows;
     *lo = l > 0 ? l : 0;
 }
-VEC_INLINE v16 max16(v16 a, v16 b) {
-    v16i gt = a > b;
-    return (v16)(((v16i)a & gt) | ((v16i)b & ~gt));
+
+/* The forward's online softmax of one (TILE, TILE) score tile in the fp32
+ * path, in place: S becomes P = exp(scale S - m) (rows past qrows zeroed,
+ * the next product's A operand), m and l updated, O's rows rescaled when
+ * their maximum moved (a factor of exactly 1 otherwise, so skipping it
+ * changes no bit). A row's scores stay in registers between the max and the
+ * exp pass; the lane reductions are trees (vec.h), not a 16-step scalar
+ * chain per row, which cost as much as the tile's two products. */
+static void softmax_tile_f32(float *S, float *m, float *l, float *O, int Dp, int qrows, int q0, int k0, int krows,
+                             int window, float scale, float cap) {
+    for (int i = 0; i < qrows; i++) {
+        float *s = S + (size_t)i * TILE;
+        int lo, hi;
+        visible_range(q0 + i, k0, krows, window, &lo, &hi);
+        v16 z[TILE / 16], mv = splat16(-INFINITY), sc = splat16(scale);
+        for (int j = 0; j < TILE / 16; j++) {
+            v16 t = load16(s + 16 * j) * sc;
+            if (cap > 0.0f) t = splat16(cap) * tanh16(t / splat16(cap));
+            if (16 * j < lo || 16 * j + 16 > hi) t = keep_range16(t, 16 * j, lo, hi, -INFINITY);
+            z[j] = t;
+            mv = max16(mv, t);
+        }
+        float mold = m[i], mx = reduce_max16(mv);
+        mx = mx > mold ? mx : mold;
+        if (mx == -INFINITY) {
+            /* the window starts after this tile for this row, and no
+             * earlier tile had a key for it: nothing to add */
+            memset(s, 0, TILE * sizeof(float));
+            continue;
+        }
+        v16 sum = splat16(0.0f), m16 = splat16(mx);
+        for (int j = 0; j < TILE / 16; j++) {
+            v16 p = exp16(z[j] - m16);
+            if (16 * j < lo || 16 * j + 16 > hi) p = keep_range16(p, 16 * j, lo, hi, 0.0f);
+            store16(s + 16 * j, p);
+            sum += p;
+        }
+        float ssum = reduce_add16(sum);
+        if (mx != mold) { /* the row's maximum moved: rescale what was summed so far */
+            float corr = expf(mold - mx); /* 0 on the row's first visible tile */
+            l[i] = l[i] * corr + ssum;
+            float *o = O + (size_t)i * Dp;
+            v16 c16 = splat16(corr);
+            for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
+        } else {
+            l[i] += ssum;
+        }
+        m[i] = mx;
+    }
+    for (int i = qrows; i < TILE; i++) memset(S + (size_t)i * TILE, 0, TILE * sizeof(float));
 }
 
 /* The forward's online softmax of one (TILE, TILE) score tile S in the bf16
@@ -464,9 +519,14 @@ static int first_key_block(int q0, int window) {
     return k > 0 ? k / TILE : 0;
 }
 
-void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KVH, int D, const AttnParams *ap) {
-    check_dims(H, KVH, D, "attention_forward");
+/* The forward for T query rows per batch row at positions p0 .. p0 + T - 1
+ * over keys and values at positions 0 .. p0 + T - 1 (Tk rows per batch
+ * row): p0 = 0 in training; a decode chunk's queries over the KV cache
+ * otherwise. p0 is a multiple of TILE, so each query tile's last key tile
+ * is its diagonal one, aligned as in training. */
+static void forward_tiles(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
+                          int p0, int H, int KVH, int D, const AttnParams *ap) {
+    const int Tk = p0 + T;
     const int Dp = pad16(D), group = H / KVH, qblocks = (T + TILE - 1) / TILE;
     const int hgroups = (group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     const float scale = ap->scale, cap = ap->softcap;
@@ -501,25 +561,26 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                             l[x][i] = 0.0f;
                         }
                     }
-                    for (int kb = first_key_block(q0, window); kb <= qb; kb++) {
-                        int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE, ldv, diag = kb == qb;
-                        const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, T, KVH, kvh, D);
+                    const int qa0 = p0 + q0, kb_diag = qa0 / TILE; /* the tile's first query position */
+                    for (int kb = first_key_block(qa0, window); kb <= kb_diag; kb++) {
+                        int k0 = kb * TILE, krows = Tk - k0 < TILE ? Tk - k0 : TILE, ldv, diag = kb == kb_diag;
+                        const float *vv = tile_view(Vbuf, &ldv, Dp, v, b, k0, krows, Tk, KVH, kvh, D);
                         if (bf) {
 #if LT_ATTN_BF16
                             int ldk;
-                            const float *ks = tile_view(Kt, &ldk, Dp, k, b, k0, krows, T, KVH, kvh, D);
+                            const float *ks = tile_view(Kt, &ldk, Dp, k, b, k0, krows, Tk, KVH, kvh, D);
                             pack_kt_bf16(Kp, Kw, ks, (size_t)ldk, Dp);
                             bf16_pairs(Vp, Dp, vv, (size_t)ldv, TILE, Dp);
 #endif
                         } else {
-                            load_tile_t(Kt, Dp, k, b, k0, krows, T, KVH, kvh, D);
+                            load_tile_t(Kt, Dp, k, b, k0, krows, Tk, KVH, kvh, D);
                         }
                         for (int x = 0; x < nh; x++) {
                             if (bf) {
 #if LT_ATTN_BF16
                                 tile_gemm_bf16(S, TILE, Qb[x], Dw, 1, Kp, TILE, TILE, Dw, TILE,
                                                diag ? TRI_C_LOWER : TRI_NONE, 1);
-                                softmax_tile_bf16(Pb, S, m[x], l[x], O[x], Dp, qrows, q0, k0, krows, window, scale,
+                                softmax_tile_bf16(Pb, S, m[x], l[x], O[x], Dp, qrows, qa0, k0, krows, window, scale,
                                                   cap);
                                 tile_gemm_bf16(O[x], Dp, Pb, TILE / 2, 1, Vp, Dp, TILE, TILE / 2, Dp,
                                                diag ? TRI_A_LOWER : TRI_NONE, 0);
@@ -528,43 +589,7 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                             }
                             tile_gemm(S, TILE, qv[x], ldq[x], 1, Kt, TILE, TILE, Dp, TILE,
                                       diag ? TRI_C_LOWER : TRI_NONE, 1);
-                            for (int i = 0; i < qrows; i++) {
-                                float *s = S + (size_t)i * TILE;
-                                int lo, hi;
-                                visible_range(q0 + i, k0, krows, window, &lo, &hi);
-                                v16 mv = splat16(-INFINITY), sc = splat16(scale);
-                                for (int j = 0; j < TILE; j += 16) {
-                                    v16 z = load16(s + j) * sc;
-                                    if (cap > 0.0f) z = splat16(cap) * tanh16(z / splat16(cap));
-                                    if (j < lo || j + 16 > hi) z = keep_range16(z, j, lo, hi, -INFINITY);
-                                    store16(s + j, z);
-                                    mv = max16(mv, z);
-                                }
-                                float mx = m[x][i];
-                                for (int t = 0; t < 16; t++) mx = mv[t] > mx ? mv[t] : mx;
-                                if (mx == -INFINITY) {
-                                    /* the window starts after this tile for this row, and no
-                                     * earlier tile had a key for it: nothing to add */
-                                    memset(s, 0, TILE * sizeof(float));
-                                    continue;
-                                }
-                                float corr = expf(m[x][i] - mx); /* 0 on the row's first visible tile */
-                                v16 sum = splat16(0.0f), m16 = splat16(mx);
-                                for (int j = 0; j < TILE; j += 16) {
-                                    v16 p = exp16(load16(s + j) - m16);
-                                    if (j < lo || j + 16 > hi) p = keep_range16(p, j, lo, hi, 0.0f);
-                                    store16(s + j, p);
-                                    sum += p;
-                                }
-                                float ssum = 0.0f;
-                                for (int t = 0; t < 16; t++) ssum += sum[t];
-                                l[x][i] = l[x][i] * corr + ssum;
-                                m[x][i] = mx;
-                                float *o = O[x] + (size_t)i * Dp;
-                                v16 c16 = splat16(corr);
-                                for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
-                            }
-                            for (int i = qrows; i < TILE; i++) memset(S + (size_t)i * TILE, 0, TILE * sizeof(float));
+                            softmax_tile_f32(S, m[x], l[x], O[x], Dp, qrows, qa0, k0, krows, window, scale, cap);
                             tile_gemm_acc(O[x], Dp, S, TILE, 1, vv, ldv, TILE, TILE, Dp, diag ? TRI_A_LOWER : TRI_NONE);
                         }
                     }
@@ -577,6 +602,20 @@ void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const flo
                         }
                 }
     }
+}
+
+void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int T, int H, int KVH, int D, const AttnParams *ap) {
+    check_dims(H, KVH, D, "attention_forward");
+    forward_tiles(out, lse, q, k, v, B, T, 0, H, KVH, D, ap);
+}
+
+void ISA_FN(attention_prefill)(float *out, float *lse, const float *q, const float *kc, const float *vc, int rows,
+                               int p0, int H, int KVH, int D, const AttnParams *ap) {
+    check_dims(H, KVH, D, "attention_prefill");
+    if (p0 < 0 || p0 % ATTN_PREFILL_ALIGN != 0)
+        die("attention.c: attention_prefill: position %d is not a multiple of %d", p0, ATTN_PREFILL_ALIGN);
+    forward_tiles(out, lse, q, kc, vc, 1, rows, p0, H, KVH, D, ap);
 }
 
 #ifndef LT_ISA_AVX512 /* once, in the baseline object */
@@ -595,12 +634,45 @@ size_t attention_stack_bytes(int D, bool bf16) {
     return (fwd > bwd ? fwd : bwd) * sizeof(float);
 }
 
-size_t attention_workspace_floats(int B, int T, int H, int KVH, int D) {
+size_t attention_workspace_floats(int B, int T, int H, int KVH, int D, int key_splits) {
     (void)KVH;
-    (void)D;
-    return (size_t)B * H * T; /* D_i per query row */
+    /* D_i per query row, then one dq partial (B, T, H, D) per key segment
+     * after the first */
+    size_t parts = key_splits > 1 ? (size_t)key_splits - 1 : 0;
+    return (size_t)B * H * T + parts * B * T * H * D;
+}
+
+int attention_key_splits(int B, int KVH, int threads) {
+    int tasks = B * KVH;
+    if (tasks <= 0 || threads <= 1 || tasks >= 2 * threads) return 1; /* tasks 0: no training batch */
+    int s = (2 * threads + tasks - 1) / tasks;
+    return s < MAX_KEY_SPLITS ? s : MAX_KEY_SPLITS;
 }
 #endif
+
+/* One past the last query block that sees a key of block kb. */
+static int query_block_end(int kb, int T, int blocks, int window) {
+    int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE;
+    int q_last = window > 0 ? k0 + krows - 1 + window - 1 : T - 1;
+    return q_last / TILE + 1 < blocks ? q_last / TILE + 1 : blocks;
+}
+
+/* Cuts the key blocks into at most `splits` contiguous segments of about
+ * equal work (a key block's work: the query blocks that see it, so a causal
+ * layer's first segments are short): segment s is blocks bound[s] ..
+ * bound[s + 1] - 1. Returns the number of segments. */
+static int key_segments(int *bound, int splits, int T, int blocks, int window) {
+    long total = 0, cum = 0;
+    for (int kb = 0; kb < blocks; kb++) total += query_block_end(kb, T, blocks, window) - kb;
+    int n = 0;
+    bound[0] = 0;
+    for (int kb = 0; kb < blocks; kb++) {
+        if (n + 1 < splits && kb > bound[n] && cum * splits >= total * (n + 1)) bound[++n] = kb;
+        cum += query_block_end(kb, T, blocks, window) - kb;
+    }
+    bound[++n] = blocks;
+    return n;
+}
 
 void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *out, const float *lse, float *workspace,
@@ -619,7 +691,18 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
      * keeping O and dO in bf16). D_i from the exact dout instead leaves
      * (dO - dO~) . out in every dP_ij - D_i of the row, amplified by the
      * cancellation. O(T D) per head, like the fp32 path's loop. */
-    float *rowdot = workspace;
+    float *rowdot = workspace, *dq_part = workspace + (size_t)B * H * T;
+    /* Tasks: (key segment, batch, kv head). A kv head's dk/dv rows belong to
+     * one key block, hence one task; its query heads' dq rows gather every
+     * key block, so a segment after the first adds its share to a partial of
+     * its own, summed into dq at the end in segment order: no races, no
+     * atomics, and the same bits for any thread count (the number of
+     * segments is ap->key_splits, not the thread count). */
+    int bound[MAX_KEY_SPLITS + 1];
+    int splits = ap->key_splits > 1 ? ap->key_splits : 1;
+    if (splits > MAX_KEY_SPLITS)
+        die("attention.c: attention_backward: %d key splits (at most %d)", splits, MAX_KEY_SPLITS);
+    const int segs = key_segments(bound, splits, T, blocks, window); /* fewer when T has fewer key blocks */
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * H * D > 32768)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -643,10 +726,17 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
         /* bf16 operands (Tb, Pw words each): k^T, k, v^T as pairs; q and dO as rows and as pairs; P^T, dS and
          * dS^T */
         uint32_t Kp[Tb], Kpk[Tb], Vtp[Tb], Qb[Tb], Qp[Tb], dOb[Tb], dOp[Tb], Pp[Pw], dSb[Pw], dSp[Pw];
-        #pragma omp for collapse(2) schedule(dynamic, 1)
+        #pragma omp for collapse(3) schedule(dynamic, 1)
+        for (int seg = 0; seg < segs; seg++)
         for (int b = 0; b < B; b++)
-            for (int kvh = 0; kvh < KVH; kvh++)
-                for (int kb = 0; kb < blocks; kb++) {
+            for (int kvh = 0; kvh < KVH; kvh++) {
+                /* segment 0 adds to dq itself, segment s > 0 to its partial
+                 * (rows from its first key on: no earlier query sees them) */
+                float *dqs = seg == 0 ? dq : dq_part + (size_t)(seg - 1) * B * T * H * D;
+                if (seg > 0)
+                    for (int t = bound[seg] * TILE; t < T; t++)
+                        memset(dqs + (((size_t)b * T + t) * H + kvh * group) * D, 0, (size_t)group * D * sizeof(float));
+                for (int kb = bound[seg]; kb < bound[seg + 1]; kb++) {
                     int k0 = kb * TILE, krows = T - k0 < TILE ? T - k0 : TILE;
                     int ldk, ldq, ldo;
                     const float *Ks = tile_view(Kbuf, &ldk, Dp, k, b, k0, krows, T, KVH, kvh, D);
@@ -659,9 +749,7 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                     }
                     memset(dKs, 0, sizeof dKs);
                     memset(dVs, 0, sizeof dVs);
-                    /* the last query that sees a key of this tile */
-                    int q_last = window > 0 ? k0 + krows - 1 + window - 1 : T - 1;
-                    int qb_end = q_last / TILE + 1 < blocks ? q_last / TILE + 1 : blocks;
+                    int qb_end = query_block_end(kb, T, blocks, window);
                     for (int h = kvh * group; h < (kvh + 1) * group; h++)
                         for (int qb = kb; qb < qb_end; qb++) {
                             int q0 = qb * TILE, qrows = T - q0 < TILE ? T - q0 : TILE, diag = kb == qb;
@@ -729,7 +817,7 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                                     store16(ds + j, load16(p + j) * (load16(ds + j) - di) * sv);
                             }
                             /* dQ += dS K, added to this head's rows (only this task writes them) */
-                            float *dq_tile = dq + (((size_t)b * T + q0) * H + h) * D;
+                            float *dq_tile = dqs + (((size_t)b * T + q0) * H + h) * D;
                             if (bf) {
                                 bf16_rows(dSb, TILE / 2, dS, TILE, TILE, TILE);
                                 bf16_pairs(dSp, TILE, dS, TILE, TILE, TILE);
@@ -773,5 +861,18 @@ void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *do
                         }
                     }
                 }
+            }
+        /* the partials added to dq in segment order: a fixed sum */
+        if (segs > 1) {
+            #pragma omp for collapse(2) schedule(static)
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    float *dst = dq + ((size_t)b * T + t) * H * D;
+                    for (int seg = 1; seg < segs && bound[seg] * TILE <= t; seg++) {
+                        const float *src = dq_part + (size_t)(seg - 1) * B * T * H * D + ((size_t)b * T + t) * H * D;
+                        for (int x = 0; x < H * D; x++) dst[x] += src[x];
+                    }
+                }
+        }
     }
 }

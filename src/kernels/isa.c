@@ -89,6 +89,14 @@ extern __typeof__(bf16_gemv) bf16_gemv_base, bf16_gemv_avx512;
 extern __typeof__(gated_delta_forward) gated_delta_forward_base, gated_delta_forward_avx512;
 extern __typeof__(gated_delta_backward) gated_delta_backward_base, gated_delta_backward_avx512;
 extern __typeof__(attention_cached) attention_cached_base, attention_cached_avx512;
+extern __typeof__(attention_prefill) attention_prefill_base, attention_prefill_avx512;
+void attention_prefill(float *out, float *lse, const float *q, const float *kc, const float *vc, int rows, int p0,
+                       int H, int KVH, int D, const AttnParams *ap) {
+    if (isa_avx512())
+        attention_prefill_avx512(out, lse, q, kc, vc, rows, p0, H, KVH, D, ap);
+    else
+        attention_prefill_base(out, lse, q, kc, vc, rows, p0, H, KVH, D, ap);
+}
 void attention_cached(float *out, const float *q, const float *kc, const float *vc, float *scores,
                       size_t score_stride, int rows, int p0, int len, int H, int KVH, int D, const AttnParams *ap) {
     if (isa_avx512())

@@ -62,14 +62,17 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int
  *     floats: 240 KiB at D = 64; the default 8 MiB thread stacks hold that
  *     easily).
  *     The forward runs tasks of (batch, 64-query block, kv head, <= 4 of its
- *     heads); the backward runs one task per (batch, kv head), so it uses at
- *     most B * KVH threads. The workspace holds rowsum(dout * out), (B, H, T). --- */
+ *     heads); the backward runs one task per (key segment, batch, kv head),
+ *     so it uses at most key_splits * B * KVH threads. The workspace holds
+ *     rowsum(dout * out), (B, H, T), and key_splits - 1 dq partials. --- */
 typedef struct {
     float scale;      /* scores = scale * q.k */
     int window;       /* > 0: sliding window of this many keys (self included); 0: full causal */
     float softcap;    /* > 0: scores = softcap * tanh(scores / softcap) */
     bool bf16;        /* tile products in bf16 with fp32 sums (vdpbf16ps), where the CPU has
                          AVX512_BF16 (attention_bf16_supported); else, and when false, fp32 */
+    int key_splits;   /* backward: cut each kv head's keys into this many segments of equal
+                         work (0 or 1: none); the workspace must be sized for it */
 } AttnParams;
 void attention_forward(float *out,      /* (B, T, H, D) */
                        float *lse,      /* (B, H, T), saved for backward */
@@ -86,7 +89,14 @@ void attention_backward(float *dq,        /* (B, T, H, D) += */
                         const float *lse, /* (B, H, T) */
                         float *workspace, /* attention_workspace_floats(...) floats */
                         int B, int T, int H, int KVH, int D, const AttnParams *ap);
-size_t attention_workspace_floats(int B, int T, int H, int KVH, int D);
+size_t attention_workspace_floats(int B, int T, int H, int KVH, int D, int key_splits);
+/* Key segments for the backward on `threads` threads: 1 when batch x kv
+ * heads gives every thread two tasks, else enough for that, at most 8 (the
+ * workspace's dq partials: (splits - 1) B T H D floats, linear in T; a
+ * sequence with fewer 64-key blocks uses fewer). The result depends on the
+ * thread count: a run's dq sums change with it when B x KVH < 2 threads (as
+ * oneDNN's do). */
+int attention_key_splits(int B, int KVH, int threads);
 /* True when AttnParams.bf16 takes effect: the AVX-512 kernels run and the
  * CPU has AVX512_BF16 (CPUID, once). Else bf16 requests run in fp32. */
 bool attention_bf16_supported(void);
@@ -105,6 +115,18 @@ size_t attention_stack_bytes(int D, bool bf16);
  * sees, one per head. Parallel over heads. */
 void attention_cached(float *out, const float *q, const float *kc, const float *vc, float *scores,
                       size_t score_stride, int rows, int p0, int len, int H, int KVH, int D, const AttnParams *ap);
+/* A decode chunk through attention_forward's tiles: out (rows, H*D) for the
+ * query rows q (rows, H*D) at positions p0 .. p0 + rows - 1 over a cache
+ * whose first p0 + rows slots hold positions 0 .. p0 + rows - 1 in order
+ * (kc, vc: (p0 + rows, KVH*D); no ring wrap, no rotation), causal and
+ * within the window on a sliding layer. p0 a multiple of
+ * ATTN_PREFILL_ALIGN (the tile: the last key tile of a query tile is then
+ * its diagonal one). lse: (H, rows) floats of scratch. The same sums as
+ * attention_cached up to their order, as tile products: a long prompt's
+ * rows at the training forward's rate instead of one position at a time. */
+enum { ATTN_PREFILL_ALIGN = 64 };
+void attention_prefill(float *out, float *lse, const float *q, const float *kc, const float *vc, int rows, int p0,
+                       int H, int KVH, int D, const AttnParams *ap);
 
 /* --- gated MLP activations: out = act(gate) * up, act = silu (SwiGLU) or
  *     the tanh approximation of GELU (GeGLU, Gemma's gelu_pytorch_tanh).

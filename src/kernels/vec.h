@@ -46,6 +46,28 @@ VEC_INLINE v16 exp16(v16 x) {
     return p * (v16)e;
 }
 
+/* Horizontal sum and maximum of 16 lanes as a tree (8 + 8, 4 + 4, 2 + 2,
+ * 1 + 1): the same order in the AVX-512 and the AVX2 compile, hence the same
+ * bits, and 4 dependent steps instead of a 16-step scalar chain. */
+VEC_INLINE float reduce_add16(v16 v) {
+    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    return v[0];
+}
+VEC_INLINE v16 max16(v16 a, v16 b) {
+    v16i gt = a > b;
+    return (v16)(((v16i)a & gt) | ((v16i)b & ~gt));
+}
+VEC_INLINE float reduce_max16(v16 v) {
+    v = max16(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    v = max16(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    v = max16(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    v = max16(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+    return v[0];
+}
+
 /* tanh for 16 lanes: 1 - 2 / (e^2y + 1), exact at the saturated ends
  * (soft-capping of attention scores and of the final logits). */
 VEC_INLINE v16 tanh16(v16 y) {

@@ -33,6 +33,25 @@ static void cached_attention(Model *m, int l, float *out, const float *q, int ro
                      (size_t)d->kv_T, rows, p0, m->kv_len[l], d->H, d->KVH, d->D, &m->attn[l]);
 }
 
+/* Chunks of at least this many rows go through the tiles (attention_prefill)
+ * where they can: a prompt's chunks. Single tokens stay on attention_cached. */
+enum { PREFILL_MIN_ROWS = 16 };
+
+/* out (rows, H*D) through the training forward's tiles when the cache holds
+ * positions 0 .. p0 + rows - 1 in slots 0 .. p0 + rows - 1 (a full layer's
+ * before it rotates, a sliding layer's ring before it wraps) and p0 is on a
+ * tile boundary (the prompt's chunks from position 0); else row by row.
+ * dec_scores holds the tiles' log-sum-exp ((H, rows) floats). */
+static void chunk_attention(Model *m, int l, float *out, const float *q, int rows, int p0) {
+    const Dims *d = &m->d;
+    if (rows >= PREFILL_MIN_ROWS && p0 % ATTN_PREFILL_ALIGN == 0 && p0 + rows <= m->kv_len[l] && rows <= d->kv_T) {
+        attention_prefill(out, m->dec_scores, q, m->kcache + m->kv_off[l] * d->KVD,
+                          m->vcache + m->kv_off[l] * d->KVD, rows, p0, d->H, d->KVH, d->D, &m->attn[l]);
+        return;
+    }
+    cached_attention(m, l, out, q, rows, p0);
+}
+
 /* The slot of absolute position p in layer l's cache: p modulo the ring of
  * a sliding layer; on a full layer p itself until the cache is full, then a
  * ring over the slots after the first KV_KEEP (the rotating cache). */
@@ -73,7 +92,7 @@ static void decode_attention(Model *m, int l, BlockActs *a, const float *x, int 
         if (rotates)
             cached_attention(m, l, a->att + (size_t)i * d->QD, a->q + (size_t)i * d->QD, 1, p0 + i);
     }
-    if (!rotates) cached_attention(m, l, a->att, a->q, rows, p0);
+    if (!rotates) chunk_attention(m, l, a->att, a->q, rows, p0);
     const float *o_in = block_attn_out_input(m, a, rows);
     if (d->sandwich) {
         proj_forward(m, bp, l, PROJ_O, a->o, o_in, NULL, a->xa[PROJ_O], rows, false);

@@ -90,6 +90,9 @@ int dims_init(Dims *d, const ModelConfig *cfg, const ModelSpec *spec, DType file
     size_t n = (size_t)d->B * (size_t)d->T;
     if (n > (1u << 30)) return error_set("model: batch of %zu tokens is too large", n);
     d->N = (int)n;
+    /* the attention backward's key segments on this run's threads (the
+     * workspace holds a dq partial per segment after the first) */
+    d->attn_splits = attention_key_splits(d->B, d->KVH, omp_get_max_threads());
     if (cfg->q35.on) TRY(dims_gdn(d, cfg, spec));
     else d->n_attn = d->L;
     for (int p = 0; p < PROJ_COUNT; p++) {

@@ -35,6 +35,7 @@ typedef struct {
     int QD, KVD;          /* H*D, KVH*D */
     int QKVD;             /* QD + 2 KVD: a fused qkv_proj's output */
     int B, T, N;          /* max rows, max positions, N = B*T */
+    int attn_splits;      /* key segments of the attention backward (attention_key_splits) */
     int lo;               /* lowest trainable block (L when none) */
     int n_train;          /* L - lo */
     int r;                /* LoRA rank (0 unless LoRA/DoRA) */

@@ -601,7 +601,7 @@ static int walk_activations(Model *m, const ModelSpec *spec, Carver *cv) {
         }
         if (kinds_train & KIND_ATTN)
             CARVE(cv, MEM_ATTENTION, "attention backward workspace",
-                  attention_workspace_floats(d->B, d->T, d->H, d->KVH, d->D) * 4, m->sc.attn_ws);
+                  attention_workspace_floats(d->B, d->T, d->H, d->KVH, d->D, d->attn_splits) * 4, m->sc.attn_ws);
     }
     if (kinds_all & KIND_GDN) {
         GdnShape gs = {d->B, d->T, d->g.Hk, d->g.Hv, d->g.Dk, d->g.Dv, d->g.chunk};

@@ -197,6 +197,7 @@ static void attention_params(Model *m) {
         m->attn[l].window = c->layer_flags[l] & LAYER_SLIDING ? c->sliding_window : 0;
         m->attn[l].softcap = (float)c->attn_softcap;
         m->attn[l].bf16 = m->d.bf16_compute;
+        m->attn[l].key_splits = m->d.attn_splits;
     }
 }
 

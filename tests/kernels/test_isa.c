@@ -43,6 +43,7 @@
 extern __typeof__(attention_forward) attention_forward_base, attention_forward_avx512;
 extern __typeof__(attention_cached) attention_cached_base, attention_cached_avx512;
 extern __typeof__(attention_backward) attention_backward_base, attention_backward_avx512;
+extern __typeof__(attention_prefill) attention_prefill_base, attention_prefill_avx512;
 extern __typeof__(lmhead_xent) lmhead_xent_base, lmhead_xent_avx512;
 extern __typeof__(matmul_f32_to_bf16) matmul_f32_to_bf16_base, matmul_f32_to_bf16_avx512;
 extern __typeof__(affine_expand) affine_expand_base, affine_expand_avx512;
@@ -165,6 +166,10 @@ typedef struct {
     float *out, *lse, *dq, *dk, *dv;
 } AttnRun;
 
+/* The backward's key segments (AttnParams.key_splits) of the attention
+ * cases below: 1, or several for the cases that cut a kv head's keys. */
+static int attn_splits = 1;
+
 static AttnCase attn_case(int B, int T, int H, int KVH, int D) {
     AttnCase c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
     c.nq = (size_t)B * T * H * D;
@@ -174,7 +179,7 @@ static AttnCase attn_case(int B, int T, int H, int KVH, int D) {
     c.k = rand_vec(c.nk, 1.5f);
     c.v = rand_vec(c.nk, 1.0f);
     c.dout = rand_vec(c.nq, 1.0f);
-    c.ws = malloc(attention_workspace_floats(B, T, H, KVH, D) * sizeof(float));
+    c.ws = malloc(attention_workspace_floats(B, T, H, KVH, D, attn_splits) * sizeof(float));
     return c;
 }
 
@@ -243,7 +248,8 @@ static bool attn_same(const AttnRun *a, const AttnRun *b, const AttnCase *c) {
  * Where bf16 does not apply (the portable variant, head dims not a multiple
  * of 32, a CPU without AVX512_BF16) the bits are the fp32 kernel's. */
 static void test_attention_bf16(int B, int T, int H, int KVH, int D, int window, float softcap) {
-    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap,
+                     .key_splits = attn_splits};
     AttnParams ab = ap;
     ab.bf16 = true;
     AttnCase c = attn_case(B, T, H, KVH, D);
@@ -330,7 +336,8 @@ static void test_attention_bf16_offset(int B, int T, int H, int KVH, int D, int 
 /* ap: the plain causal case, or a sliding window and soft-capped scores
  * (Gemma 2 / 3), whose tile skipping and tanh run in both variants too. */
 static void test_attention_variants(int B, int T, int H, int KVH, int D, int window, float softcap) {
-    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = softcap,
+                     .key_splits = attn_splits};
     AttnCase c = attn_case(B, T, H, KVH, D);
     AttnRun r[2] = {attn_run_new(&c), attn_run_new(&c)};
     attn_fwd(attention_forward_base, &r[0], &c, &ap);
@@ -343,8 +350,9 @@ static void test_attention_variants(int B, int T, int H, int KVH, int D, int win
               "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(r[0].out, r[1].out, c.nq));
     CHECK_MSG(bwd, "attention backward (B %d T %d H %d KVH %d D %d window %d cap %g): variants differ, "
               "max |diff| %.3g", B, T, H, KVH, D, window, softcap, max_abs_diff(r[0].dq, r[1].dq, c.nq));
-    printf("attention B %d T %3d H %d KVH %d D %3d window %3d cap %4g: forward %s, backward %s\n", B, T, H, KVH,
-           D, window, softcap, fwd ? "same bits" : "DIFFERENT", bwd ? "same bits" : "DIFFERENT");
+    printf("attention B %d T %3d H %d KVH %d D %3d window %3d cap %4g key splits %d: forward %s, backward %s\n", B,
+           T, H, KVH, D, window, softcap, attn_splits, fwd ? "same bits" : "DIFFERENT",
+           bwd ? "same bits" : "DIFFERENT");
     for (int i = 0; i < 2; i++) {
         attn_run_free(&r[i]);
     }
@@ -690,6 +698,40 @@ static void test_attention_cached(int T, int H, int KVH, int D, int chunk, int w
     attn_case_free(&c);
 }
 
+/* A prompt through attention_prefill in chunks (p0 multiples of 64): each
+ * chunk's output and log-sum-exp are the rows of the training forward over
+ * the whole sequence, bit for bit (the same tiles, in the same order), in
+ * each variant; with bf16 tile products too where they apply. */
+static void test_attention_prefill(int T, int H, int KVH, int D, int chunk, int window, float cap, bool bf16) {
+    AttnCase c = attn_case(1, T, H, KVH, D);
+    AttnParams ap = {.scale = 1.0f / sqrtf((float)D), .window = window, .softcap = cap, .bf16 = bf16};
+    int QD = H * D;
+    __typeof__(attention_forward) *fwd[2] = {attention_forward_base, attention_forward_avx512};
+    __typeof__(attention_prefill) *pre[2] = {attention_prefill_base, attention_prefill_avx512};
+    char what[160];
+    snprintf(what, sizeof what, "attention_prefill T=%d H=%d KVH=%d D=%d chunk=%d window=%d cap=%g bf16=%d", T, H,
+             KVH, D, chunk, window, cap, bf16);
+    for (int variant = 0; variant < 2; variant++) {
+        AttnRun whole = attn_run_new(&c);
+        fwd[variant](whole.out, whole.lse, c.q, c.k, c.v, 1, T, H, KVH, D, &ap);
+        float *out = calloc(c.nq, sizeof(float)), *lse = calloc((size_t)H * chunk, sizeof(float));
+        bool same_lse = true;
+        for (int p0 = 0; p0 < T; p0 += chunk) {
+            int rows = T - p0 < chunk ? T - p0 : chunk;
+            pre[variant](out + (size_t)p0 * QD, lse, c.q + (size_t)p0 * QD, c.k, c.v, rows, p0, H, KVH, D, &ap);
+            for (int h = 0; h < H; h++)
+                same_lse &= same_bits(lse + (size_t)h * rows, whole.lse + (size_t)h * T + p0, (size_t)rows);
+        }
+        CHECK_MSG(same_bits(out, whole.out, c.nq) && same_lse, "%s (%s): not the bits of the whole forward, "
+                  "max |diff| %.3g", what, variant ? "AVX-512" : "portable", max_abs_diff(out, whole.out, c.nq));
+        free(out);
+        free(lse);
+        attn_run_free(&whole);
+    }
+    printf("%s: the whole forward's bits in both variants\n", what);
+    attn_case_free(&c);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--describe")) {
         printf("%s: avx512 %d bf16 %d attention-bf16 %d\n", isa_describe(), isa_avx512(), matmul_bf16_supported(),
@@ -716,6 +758,15 @@ int main(int argc, char **argv) {
         test_attention_bf16(1, 130, 4, 2, 32, 0, 2.5f);
         test_attention_bf16(1, 190, 2, 1, 256, 70, 3.0f);
         test_attention_bf16(1, 70, 6, 3, 80, 0, 0.0f);
+        /* the backward's keys cut in segments (dq partials summed at the end): both variants, one thread and
+         * two, causal (uneven segments), a window, soft-capping, a partial last tile */
+        attn_splits = 3;
+        test_attention_variants(1, 300, 9, 3, 64, 0, 0.0f);
+        test_attention_variants(2, 200, 4, 2, 64, 37, 0.0f);
+        test_attention_variants(1, 190, 2, 1, 24, 0, 2.5f);
+        test_attention_bf16(1, 300, 9, 3, 64, 0, 0.0f);
+        test_attention_bf16(1, 200, 4, 2, 64, 37, 0.0f);
+        attn_splits = 1;
         /* D_i from the rounded dO (a deep cancellation: values with a common offset) */
         test_attention_bf16_offset(2, 300, 9, 3, 64, 0, 0.0f);
         test_attention_bf16_offset(1, 256, 4, 1, 128, 0, 0.0f);
@@ -723,6 +774,12 @@ int main(int argc, char **argv) {
         test_attention_bf16_offset(1, 190, 2, 1, 256, 70, 3.0f);
         /* decoding: the prompt in chunks (128 rows, as decode.c), one token at a time, a head dim not a
          * multiple of 16, a sliding window, soft-capping */
+        /* the prompt's chunks through the training forward's tiles */
+        test_attention_prefill(300, 9, 3, 64, 128, 0, 0.0f, false);
+        test_attention_prefill(200, 4, 2, 24, 64, 37, 0.0f, false);
+        test_attention_prefill(150, 2, 1, 80, 64, 0, 2.5f, false);
+        test_attention_prefill(300, 9, 3, 64, 128, 0, 0.0f, true);
+        test_attention_prefill(260, 4, 1, 128, 192, 70, 0.0f, true);
         test_attention_cached(300, 9, 3, 64, 128, 0, 0.0f);
         test_attention_cached(40, 4, 2, 128, 1, 0, 0.0f);
         test_attention_cached(70, 6, 3, 80, 16, 0, 0.0f);

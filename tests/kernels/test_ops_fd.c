@@ -251,12 +251,17 @@ static double att_obj(void *p) {
     attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D, &c->ap);
     return dot(c->out, c->probe, (size_t)c->B * c->T * c->H * c->D);
 }
+/* The backward's key segments (AttnParams.key_splits) of test_attention's
+ * cases: 1, or several where a case cuts a kv head's keys. */
+static int att_splits = 1;
+
 /* window 0: full causal; scale 0: 1/sqrt(D). The gradients are checked by
  * central differences on fd_samples random entries of q, k and v each. */
 static double test_attention(int B, int T, int H, int KVH, int D, int window, float scale, float softcap,
                              int fd_samples) {
     AttCtx c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
-    c.ap = (AttnParams){.scale = scale > 0 ? scale : 1.0f / sqrtf((float)D), .window = window, .softcap = softcap};
+    c.ap = (AttnParams){.scale = scale > 0 ? scale : 1.0f / sqrtf((float)D), .window = window, .softcap = softcap,
+                        .key_splits = att_splits};
     size_t nq = (size_t)c.B * c.T * c.H * c.D, nk = (size_t)c.B * c.T * c.KVH * c.D, nl = (size_t)c.B * c.H * c.T;
     c.q = rand_vec(nq, 1.5f); c.k = rand_vec(nk, 1.5f); c.v = rand_vec(nk, 1); c.probe = rand_vec(nq, 1);
     c.out = zeros(nq); c.lse = zeros(nl);
@@ -266,7 +271,7 @@ static double test_attention(int B, int T, int H, int KVH, int D, int window, fl
     double ef = rel_error(c.out, rout, nq), el = rel_error(c.lse, rlse, nl);
     CHECK_MSG(ef < 1e-5 && el < 1e-5, "attention forward rel err out %.3g lse %.3g", ef, el);
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
-    float *ws = zeros(attention_workspace_floats(c.B, c.T, c.H, c.KVH, c.D));
+    float *ws = zeros(attention_workspace_floats(c.B, c.T, c.H, c.KVH, c.D, att_splits));
     attention_backward(dq, dk, dv, c.probe, c.q, c.k, c.v, c.out, c.lse, ws, c.B, c.T, c.H, c.KVH, c.D, &c.ap);
     double e = fd_check("attention dq", c.q, nq, dq, att_obj, &c, 1e-2, (size_t)fd_samples);
     e = max2(e, fd_check("attention dk", c.k, nk, dk, att_obj, &c, 1e-2, (size_t)fd_samples));
@@ -293,11 +298,47 @@ static double test_attention(int B, int T, int H, int KVH, int D, int window, fl
               !memcmp(k1, k2, nk * 4) && !memcmp(v1, v2, nk * 4));
         free(o1); free(l1); free(q1); free(k1); free(v1); free(o2); free(l2); free(q2); free(k2); free(v2);
     }
-    printf("attention B=%d T=%d H=%d KVH=%d D=%d window=%d scale=%.3g softcap=%g: backward rel err %.3g "
-           "(forward out %.3g, lse %.3g)\n", B, T, H, KVH, D, window, c.ap.scale, softcap, e, ef, el);
+    printf("attention B=%d T=%d H=%d KVH=%d D=%d window=%d scale=%.3g softcap=%g key splits %d: backward rel err "
+           "%.3g (forward out %.3g, lse %.3g)\n", B, T, H, KVH, D, window, c.ap.scale, softcap, att_splits, e, ef, el);
     free(c.q); free(c.k); free(c.v); free(c.probe); free(c.out); free(c.lse); free(rout); free(rlse);
     free(dq); free(dk); free(dv); free(ws); free(dq2);
     return max2(e, max2(ef, el));
+}
+
+/* Key segments against none: a segment owns its key blocks, so dk and dv
+ * keep their bits; dq sums the segments' partials in another order: within
+ * 1e-5 relative (fp32 sums of up to T terms with cancellation, measured
+ * 5e-7 to 1.7e-6; a lost or doubled partial is of order 1). And the number of segments a run takes: none where batch x kv
+ * heads gives every thread two tasks, at most one per 64-key block. */
+static void test_attention_splits(int B, int T, int H, int KVH, int D, int window, int splits) {
+    AttnParams a1 = {.scale = 1.0f / sqrtf((float)D), .window = window, .key_splits = 1}, as = a1;
+    as.key_splits = splits;
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D, nl = (size_t)B * H * T;
+    float *q = rand_vec(nq, 1.5f), *k = rand_vec(nk, 1.5f), *v = rand_vec(nk, 1), *g = rand_vec(nq, 1);
+    float *out = zeros(nq), *lse = zeros(nl), *ws = zeros(attention_workspace_floats(B, T, H, KVH, D, splits));
+    float *dq[2] = {zeros(nq), zeros(nq)}, *dk[2] = {zeros(nk), zeros(nk)}, *dv[2] = {zeros(nk), zeros(nk)};
+    attention_forward(out, lse, q, k, v, B, T, H, KVH, D, &a1);
+    for (int i = 0; i < 2; i++) /* the second run adds to non-zero gradients, as a block's backward does */
+        for (size_t j = 0; j < nq; j++) dq[i][j] = 0.25f;
+    attention_backward(dq[0], dk[0], dv[0], g, q, k, v, out, lse, ws, B, T, H, KVH, D, &a1);
+    attention_backward(dq[1], dk[1], dv[1], g, q, k, v, out, lse, ws, B, T, H, KVH, D, &as);
+    double eq = rel_error(dq[1], dq[0], nq);
+    CHECK_MSG(!memcmp(dk[0], dk[1], nk * 4) && !memcmp(dv[0], dv[1], nk * 4),
+              "attention key splits %d (T %d window %d): dk/dv differ from the unsplit backward", splits, T, window);
+    CHECK_MSG(eq < 1e-5, "attention key splits %d (T %d window %d): dq rel err %.3g", splits, T, window, eq);
+    printf("attention B=%d T=%d H=%d KVH=%d window=%d: %d key splits against none: dk, dv same bits, dq rel %.3g\n",
+           B, T, H, KVH, window, splits, eq);
+    free(q); free(k); free(v); free(g); free(out); free(lse); free(ws);
+    for (int i = 0; i < 2; i++) { free(dq[i]); free(dk[i]); free(dv[i]); }
+}
+
+static void test_attention_key_splits(void) {
+    CHECK(attention_key_splits(1, 3, 2) == 2);   /* SmolLM2 at batch 1 on 2 threads: 3 tasks -> 6 */
+    CHECK(attention_key_splits(4, 3, 2) == 1);   /* 12 tasks for 2 threads: none */
+    CHECK(attention_key_splits(1, 2, 4) == 4);   /* Qwen2.5-0.5B at batch 1 on 4 threads */
+    CHECK(attention_key_splits(1, 2, 16) == 8);  /* at most 8 (the dq partials' memory) */
+    CHECK(attention_key_splits(1, 1, 1) == 1);   /* one thread: none */
+    CHECK(attention_key_splits(0, 3, 2) == 1);   /* a model without a training batch (generate) */
 }
 
 /* ---------------- gated activations (SwiGLU, GeGLU) ---------------- */
@@ -471,7 +512,18 @@ int main(void) {
     /* Gemma 2: tanh soft-capping of the scores, alone and with a window */
     ea = max2(ea, test_attention(1, 100, 2, 1, 20, 0, 0.3f, 2.0f, 80));
     ea = max2(ea, test_attention(1, 150, 2, 1, 32, 50, 0.25f, 5.0f, 80));
+    /* the backward's keys cut in segments: finite differences and the thread count as above */
+    att_splits = 3;
+    ea = max2(ea, test_attention(1, 300, 6, 2, 32, 0, 0, 0, 200));
+    ea = max2(ea, test_attention(2, 200, 2, 1, 20, 37, 0, 0, 80));
+    ea = max2(ea, test_attention(1, 150, 2, 1, 32, 50, 0.25f, 5.0f, 80));
+    att_splits = 1;
     printf("worst attention rel err %.3g\n", ea);
+    test_attention_splits(1, 300, 6, 2, 32, 0, 3);
+    test_attention_splits(1, 1000, 4, 1, 64, 0, 5);
+    test_attention_splits(1, 100, 2, 1, 16, 0, 8);   /* more splits than key blocks: 2 segments */
+    test_attention_splits(2, 400, 4, 2, 16, 100, 4);
+    test_attention_key_splits();
     double eg = test_glu(GLU_SILU, false);
     eg = max2(eg, test_glu(GLU_SILU, true));
     eg = max2(eg, test_glu(GLU_GELU_TANH, false));
