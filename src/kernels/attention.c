@@ -368,12 +368,42 @@ static inline void visible_range(int qi, int k0, int krows, int window, int *lo,
     *lo = l > 0 ? l : 0;
 }
 
+/* Row i of a forward score tile s as z[] (scaled, soft-capped, -inf outside
+ * the keys the row sees, [lo, hi)) and the row's running maximum with m. */
+VEC_INLINE float score_row(v16 z[TILE / 16], const float *s, int lo, int hi, float scale, float cap, float m) {
+    v16 mv = splat16(-INFINITY), sc = splat16(scale);
+    for (int j = 0; j < TILE / 16; j++) {
+        v16 t = load16(s + 16 * j) * sc;
+        if (cap > 0.0f) t = splat16(cap) * tanh16(t / splat16(cap));
+        if (16 * j < lo || 16 * j + 16 > hi) t = keep_range16(t, 16 * j, lo, hi, -INFINITY);
+        z[j] = t;
+        mv = max16(mv, t);
+    }
+    float mx = reduce_max16(mv);
+    return mx > m ? mx : m;
+}
+
+/* The online softmax's update of one row once its exponentials (relative to
+ * the new maximum mx, summed to ssum) are out: l and m, and the row of O
+ * rescaled when the maximum moved (a factor of exactly 1 otherwise, so
+ * skipping it changes no bit). */
+VEC_INLINE void online_update(float *l, float *m, float *o, int Dp, float mx, float ssum) {
+    if (mx != *m) {
+        float corr = expf(*m - mx); /* 0 on the row's first visible tile */
+        *l = *l * corr + ssum;
+        v16 c16 = splat16(corr);
+        for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
+    } else {
+        *l += ssum;
+    }
+    *m = mx;
+}
+
 /* The forward's online softmax of one (TILE, TILE) score tile in the fp32
  * path, in place: S becomes P = exp(scale S - m) (rows past qrows zeroed,
  * the next product's A operand), m and l updated, O's rows rescaled when
- * their maximum moved (a factor of exactly 1 otherwise, so skipping it
- * changes no bit). A row's scores stay in registers between the max and the
- * exp pass; the lane reductions are trees (vec.h), not a 16-step scalar
+ * their maximum moved. A row's scores stay in registers between the max and
+ * the exp pass; the lane reductions are trees (vec.h), not a 16-step scalar
  * chain per row, which cost as much as the tile's two products. */
 static void softmax_tile_f32(float *S, float *m, float *l, float *O, int Dp, int qrows, int q0, int k0, int krows,
                              int window, float scale, float cap) {
@@ -381,16 +411,8 @@ static void softmax_tile_f32(float *S, float *m, float *l, float *O, int Dp, int
         float *s = S + (size_t)i * TILE;
         int lo, hi;
         visible_range(q0 + i, k0, krows, window, &lo, &hi);
-        v16 z[TILE / 16], mv = splat16(-INFINITY), sc = splat16(scale);
-        for (int j = 0; j < TILE / 16; j++) {
-            v16 t = load16(s + 16 * j) * sc;
-            if (cap > 0.0f) t = splat16(cap) * tanh16(t / splat16(cap));
-            if (16 * j < lo || 16 * j + 16 > hi) t = keep_range16(t, 16 * j, lo, hi, -INFINITY);
-            z[j] = t;
-            mv = max16(mv, t);
-        }
-        float mold = m[i], mx = reduce_max16(mv);
-        mx = mx > mold ? mx : mold;
+        v16 z[TILE / 16];
+        float mx = score_row(z, s, lo, hi, scale, cap, m[i]);
         if (mx == -INFINITY) {
             /* the window starts after this tile for this row, and no
              * earlier tile had a key for it: nothing to add */
@@ -404,17 +426,7 @@ static void softmax_tile_f32(float *S, float *m, float *l, float *O, int Dp, int
             store16(s + 16 * j, p);
             sum += p;
         }
-        float ssum = reduce_add16(sum);
-        if (mx != mold) { /* the row's maximum moved: rescale what was summed so far */
-            float corr = expf(mold - mx); /* 0 on the row's first visible tile */
-            l[i] = l[i] * corr + ssum;
-            float *o = O + (size_t)i * Dp;
-            v16 c16 = splat16(corr);
-            for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
-        } else {
-            l[i] += ssum;
-        }
-        m[i] = mx;
+        online_update(&l[i], &m[i], O + (size_t)i * Dp, Dp, mx, reduce_add16(sum));
     }
     for (int i = qrows; i < TILE; i++) memset(S + (size_t)i * TILE, 0, TILE * sizeof(float));
 }
@@ -422,10 +434,8 @@ static void softmax_tile_f32(float *S, float *m, float *l, float *O, int Dp, int
 /* The forward's online softmax of one (TILE, TILE) score tile S in the bf16
  * path: P = exp(scale S - m) into Pb as bf16 rows (the next product's A
  * operand), m and l updated, O's rows rescaled when their maximum moved.
- * The fp32 path's loop in attention_forward does the same with P kept in
- * fp32 and its own summation order; here each row's scores stay in
- * registers between the two passes and the lane reductions are vector
- * ones. */
+ * softmax_tile_f32 does the same with P kept in fp32, exp16 and its own
+ * summation order. */
 #if LT_ATTN_BF16
 /* 2^t for 16 lanes, relative error < 3e-6 (degree-5 Taylor series of 2^f on
  * [-1/2, 1/2], f = t - round(t), and vscalefps for 2^round(t)): far inside
@@ -451,16 +461,8 @@ BF16_FN void softmax_tile_bf16(uint32_t *Pb, const float *S, float *m, float *l,
         uint32_t *pb = Pb + (size_t)i * (TILE / 2);
         int lo, hi;
         visible_range(q0 + i, k0, krows, window, &lo, &hi);
-        v16 z[TILE / 16], mv = splat16(-INFINITY), sc = splat16(scale);
-        for (int j = 0; j < TILE / 16; j++) {
-            v16 t = load16(s + 16 * j) * sc;
-            if (cap > 0.0f) t = splat16(cap) * tanh16(t / splat16(cap));
-            if (16 * j < lo || 16 * j + 16 > hi) t = keep_range16(t, 16 * j, lo, hi, -INFINITY);
-            z[j] = t;
-            mv = max16(mv, t);
-        }
-        float mold = m[i], mx = _mm512_reduce_max_ps((__m512)mv);
-        mx = mx > mold ? mx : mold;
+        v16 z[TILE / 16];
+        float mx = score_row(z, s, lo, hi, scale, cap, m[i]);
         if (mx == -INFINITY) { /* no visible key for this row yet */
             memset(pb, 0, TILE / 2 * sizeof *pb);
             continue;
@@ -475,17 +477,7 @@ BF16_FN void softmax_tile_bf16(uint32_t *Pb, const float *S, float *m, float *l,
             sum += p0 + p1;
             _mm512_storeu_si512(pb + 8 * j, (__m512i)_mm512_cvtne2ps_pbh((__m512)p1, (__m512)p0));
         }
-        float ssum = _mm512_reduce_add_ps((__m512)sum);
-        if (mx != mold) { /* the row's maximum moved: rescale what was summed so far */
-            float corr = expf(mold - mx); /* 0 on the row's first visible tile */
-            l[i] = l[i] * corr + ssum;
-            float *o = O + (size_t)i * Dp;
-            v16 c16 = splat16(corr);
-            for (int d = 0; d < Dp; d += 16) store16(o + d, load16(o + d) * c16);
-        } else {
-            l[i] += ssum;
-        }
-        m[i] = mx;
+        online_update(&l[i], &m[i], O + (size_t)i * Dp, Dp, mx, _mm512_reduce_add_ps((__m512)sum));
     }
     memset(Pb + (size_t)qrows * (TILE / 2), 0, (size_t)(TILE - qrows) * (TILE / 2) * sizeof *Pb);
 }
