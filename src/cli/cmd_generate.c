@@ -368,7 +368,7 @@ int cmd_generate(int argc, char **argv) {
     if (model_decode(model, ids, (int)n_ids, 0, logits) < 0) die_with_error();
     double t_prompt = time_now() - t0;
     size_t printed = 0;
-    long n_gen = 0;
+    long n_gen = 0, n_text = 0; /* tokens generated; those of them the tokenizer can name (out_ids) */
     bool stopped = false;
     double t1 = time_now();
     while (n_gen < max_tokens) {
@@ -377,24 +377,36 @@ int cmd_generate(int argc, char **argv) {
             stopped = true;
             break;
         }
-        out_ids[n_gen++] = next;
-        char *piece;
-        size_t plen;
-        if (tokenizer_decode(tok, out_ids, (size_t)n_gen, true, &piece, &plen) < 0) die_with_error();
-        size_t ready = complete_utf8(piece, plen);
-        if (verbose && ready > printed) {
-            fwrite(piece + printed, 1, ready - printed, stdout);
-            fflush(stdout);
-            printed = ready;
+        n_gen++;
+        if (tokenizer_id_to_token(tok, next)) {
+            out_ids[n_text++] = next;
+            char *piece;
+            size_t plen;
+            if (tokenizer_decode(tok, out_ids, (size_t)n_text, true, &piece, &plen) < 0) die_with_error();
+            size_t ready = complete_utf8(piece, plen);
+            if (verbose && ready > printed) {
+                fwrite(piece + printed, 1, ready - printed, stdout);
+                fflush(stdout);
+                printed = ready;
+            }
+            mem_free(piece);
+        } else if (n_gen - n_text == 1) {
+            /* The model's vocabulary can be larger than the tokenizer's
+             * (Qwen2.5: 151936 rows for 151665 tokens; a model made by
+             * `lmtune init` without --tokenizer-text: the preset's rows for
+             * 259 byte tokens). Such an id has no text: Hugging Face's decode
+             * skips it, and so does this one, said once on stderr (stdout
+             * carries the text). */
+            fprintf(stderr, "[WARNING] Token id %d has no entry in the tokenizer (%d ids; the model has %d): "
+                    "left out of the text, as any such token after it\n", (int)next, tokenizer_vocab_size(tok), V);
         }
-        mem_free(piece);
         if (n_gen == max_tokens) break;
         if (model_decode(model, &next, 1, (int)(n_ids + n_gen - 1), logits) < 0) die_with_error();
     }
     double t_gen = time_now() - t1;
     char *all;
     size_t alen;
-    if (tokenizer_decode(tok, out_ids, (size_t)n_gen, true, &all, &alen) < 0) die_with_error();
+    if (tokenizer_decode(tok, out_ids, (size_t)n_text, true, &all, &alen) < 0) die_with_error();
     if (!verbose) {
         /* mlx_lm.generate --verbose False: print(response) */
         fwrite(all, 1, alen, stdout);

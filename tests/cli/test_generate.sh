@@ -3,7 +3,8 @@
 # fixed seed gives the same text twice at --temp 0.8 (and another seed,
 # other text), top-p 1e-6 equals greedy, `--prompt -` reads stdin, the
 # final lines are MLX-LM's (Prompt / Generation tokens-per-sec, Peak
-# memory), --max-tokens bounds the output, and bad flags are refused.
+# memory), --max-tokens bounds the output, bad flags are refused, and ids a
+# model samples beyond its tokenizer are left out of the text.
 set -euo pipefail
 BIN=${LMTUNE_BIN:-./lmtune}
 T=$(mktemp -d /tmp/lmtune-gen-XXXXXX); trap 'rm -rf "$T"' EXIT
@@ -46,4 +47,15 @@ for bad in "--temp -1" "--top-p -0.1" "--top-p 1.5" "--min-p 1.5" "--max-tokens 
   grep -q -- "${bad%% *}" "$T/err" || fail "error for $bad does not name the flag: $(cat "$T/err")"
 done
 if "$BIN" generate --model "$T/nope" --prompt x >"$T/err" 2>&1; then fail "accepted a missing model"; fi
+
+# a model wider than its tokenizer (a preset's 49152 rows over 259 byte tokens, as Qwen2.5 pads 151665 tokens to
+# 151936 rows): a sampled id without text is left out of the text, said once on stderr, and counted
+"$BIN" init --preset smollm2-135m --layers 1 --out "$T/wide" --seed 3 >/dev/null
+"$BIN" generate --model "$T/wide" --prompt "$P" --max-tokens 6 --temp 1.0 --seed 2 >"$T/w_out" 2>"$T/w_err" ||
+  fail "generate on a model wider than its tokenizer failed: $(cat "$T/w_err")"
+[ "$(grep -c '^\[WARNING\] Token id [0-9]* has no entry in the tokenizer (259 ids; the model has 49152): left out' \
+    "$T/w_err")" = 1 ] || fail "expected one warning on stderr, got: $(cat "$T/w_err")"
+! grep -q WARNING "$T/w_out" || fail "the warning went to stdout"
+grep -qx "No text generated for this prompt" "$T/w_out" || grep -qE '^Generation: 6 tokens' "$T/w_out" ||
+  fail "no summary: $(cat "$T/w_out")"
 echo "generate: all checks passed"
