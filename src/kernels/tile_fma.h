@@ -66,45 +66,23 @@ VEC_INLINE void tile_fma_4x64(v16 r[4][4], const float *a0, const float *a1, con
  * situ (Intel Xeon, family 6 model 207). */
 VEC_INLINE void tile_fma_8x32(v16 r[8][2], const float *const a[8], size_t ak, const float *B, size_t ldb, int k0,
                               int k1) {
-    v16 r00 = r[0][0], r01 = r[0][1], r10 = r[1][0], r11 = r[1][1];
-    v16 r20 = r[2][0], r21 = r[2][1], r30 = r[3][0], r31 = r[3][1];
-    v16 r40 = r[4][0], r41 = r[4][1], r50 = r[5][0], r51 = r[5][1];
-    v16 r60 = r[6][0], r61 = r[6][1], r70 = r[7][0], r71 = r[7][1];
-    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
+    v16 acc[8][2]; /* kept in registers: the loops below are unrolled whole */
+    #pragma GCC unroll 8
+    for (int x = 0; x < 8; x++) acc[x][0] = r[x][0], acc[x][1] = r[x][1];
     for (int k = k0; k < k1; k++) {
         const float *b = B + (size_t)k * ldb;
         size_t ka = (size_t)k * ak;
         v16 b0 = load16(b), b1 = load16(b + 16);
         __asm__("" : "+v"(b0), "+v"(b1)); /* as in tile_fma_4x64 */
-        v16 x = splat16(a0[ka]);
-        r00 += x * b0;
-        r01 += x * b1;
-        x = splat16(a1[ka]);
-        r10 += x * b0;
-        r11 += x * b1;
-        x = splat16(a2[ka]);
-        r20 += x * b0;
-        r21 += x * b1;
-        x = splat16(a3[ka]);
-        r30 += x * b0;
-        r31 += x * b1;
-        x = splat16(a4[ka]);
-        r40 += x * b0;
-        r41 += x * b1;
-        x = splat16(a5[ka]);
-        r50 += x * b0;
-        r51 += x * b1;
-        x = splat16(a6[ka]);
-        r60 += x * b0;
-        r61 += x * b1;
-        x = splat16(a7[ka]);
-        r70 += x * b0;
-        r71 += x * b1;
+        #pragma GCC unroll 8
+        for (int x = 0; x < 8; x++) {
+            v16 s = splat16(a[x][ka]);
+            acc[x][0] += s * b0;
+            acc[x][1] += s * b1;
+        }
     }
-    r[0][0] = r00, r[0][1] = r01, r[1][0] = r10, r[1][1] = r11;
-    r[2][0] = r20, r[2][1] = r21, r[3][0] = r30, r[3][1] = r31;
-    r[4][0] = r40, r[4][1] = r41, r[5][0] = r50, r[5][1] = r51;
-    r[6][0] = r60, r[6][1] = r61, r[7][0] = r70, r[7][1] = r71;
+    #pragma GCC unroll 8
+    for (int x = 0; x < 8; x++) r[x][0] = acc[x][0], r[x][1] = acc[x][1];
 }
 #endif
 
