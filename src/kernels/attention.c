@@ -64,7 +64,8 @@ enum { TRI_NONE = 0, TRI_C_LOWER, TRI_A_LOWER, TRI_A_UPPER };
  * clearing beforehand; with TRI_C_LOWER the skipped columns are written as
  * zeros); element (i, k) of A at A[i*ai + k*ak] (so A may be a transposed
  * view), B and C row-major with leading dims; M a multiple of 4, N a
- * multiple of 16. 4 rows x 64 columns of C live in registers while k runs. */
+ * multiple of 16. 4 rows x 64 columns of C (untriangled tiles with AVX-512:
+ * 8 x 32) live in registers while k runs. */
 static void tile_gemm(float *C, int ldc, const float *A, int ai, int ak, const float *Bm, int ldb,
                       int M, int K, int N, int tri, int set) {
     int i0 = 0;
